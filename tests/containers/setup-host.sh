@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Make this Debian 12 host able to run molecule's podman scenarios (rootful, no registry).
+# Idempotent: installs only what is missing, rewrites containers.conf only when it differs.
+# Each setting below answers a failure measured on these hosts (../shared/reference/containers.md).
+set -euo pipefail
+
+packages=(podman runc catatonit netavark aardvark-dns iptables debootstrap)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "[setup-host] installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# crun refuses the hybrid cgroup layout; podman's default nofile exceeds the hard limit here.
+nofile="$(ulimit -Hn)"
+[ "$nofile" = unlimited ] && nofile=1048576
+want="$(cat <<CONF
+# Written by gpuserve.vllm tests/containers/setup-host.sh
+[containers]
+default_ulimits = ["nofile=${nofile}:${nofile}", "nproc=32768:32768"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+CONF
+)"
+conf=/etc/containers/containers.conf
+if [ "$(cat "$conf" 2>/dev/null)" != "$want" ]; then
+  mkdir -p /etc/containers
+  printf '%s\n' "$want" >"$conf"
+  echo "[setup-host] wrote $conf"
+fi
+podman info --format '{{.Host.OCIRuntime.Name}} {{.Host.CgroupManager}}' >/dev/null
+echo "[setup-host] podman ready: $(podman --version)"
