@@ -1,0 +1,128 @@
+"""gpuserve.vllm.gpu_preflight end to end: real subprocesses, with the fake nvidia-smi/modinfo/lspci.
+
+The fakes (tests/fixtures/gpu_node/doubles, test doubles) go first on PATH; /proc files are
+replaced by recordings through the module's reader. What is checked is the module's contract:
+the JSON it returns, that it never reports a change, and when it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_facts
+from ansible_collections.gpuserve.vllm.plugins.modules import gpu_preflight
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "gpu_node"
+DOUBLES = FIXTURES / "doubles"
+
+RTX_PRO_6000 = {
+    "expected_gpu_count": 8,
+    "expected_gpu_name": "RTX PRO 6000",
+    "expected_compute_capability": "12.0",
+    "min_driver_branch": 580,
+    "require_open_kernel_modules": True,
+}
+
+
+@pytest.fixture
+def node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> t.Callable[..., dict[str, t.Any]]:
+    """Run the module against a recorded node; keyword arguments pick the recordings."""
+
+    def run(args: dict[str, t.Any], *, doubles: bool = True, proc_version: str | None = None,
+            cmdline: str = "proc-cmdline-ubuntu-default.txt", **env: str) -> dict[str, t.Any]:
+        empty = tmp_path / "empty-bin"
+        empty.mkdir(exist_ok=True)
+        # The doubles first on PATH (they need cat), or nothing at all for "no driver installed".
+        monkeypatch.setenv("PATH", "%s:/usr/bin:/bin" % DOUBLES if doubles else str(empty))
+        monkeypatch.setenv("GPU_NODE_DOUBLE_FIXTURES", str(FIXTURES))
+        for key, value in env.items():
+            monkeypatch.setenv("GPU_NODE_DOUBLE_" + key.upper(), value)
+        files = {_gpu_facts.CMDLINE_FILE: cmdline, _gpu_facts.DRIVER_VERSION_FILE: proc_version}
+
+        def reader(path: str) -> str | None:
+            name = files.get(path)
+            return (FIXTURES / name).read_text(encoding="utf-8") if name else None
+
+        monkeypatch.setattr(gpu_preflight, "_reader", reader)
+        with patch_module_args(args), pytest.raises(SystemExit):
+            gpu_preflight.main()
+        return result_holder.pop()
+
+    result_holder: list[dict[str, t.Any]] = []
+
+    def capture(self: t.Any, **kwargs: t.Any) -> None:
+        result_holder.append(dict(kwargs, failed=False))
+        raise SystemExit(0)
+
+    def capture_fail(self: t.Any, msg: str, **kwargs: t.Any) -> None:
+        result_holder.append(dict(kwargs, failed=True, msg=msg))
+        raise SystemExit(1)
+
+    monkeypatch.setattr(gpu_preflight.AnsibleModule, "exit_json", capture)
+    monkeypatch.setattr(gpu_preflight.AnsibleModule, "fail_json", capture_fail)
+    return run
+
+
+def test_healthy_node_passes(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(RTX_PRO_6000, proc_version="proc-driver-nvidia-version-580-open.txt")
+    assert result["failed"] is False
+    assert result["changed"] is False
+    assert result["gpu_count"] == 8
+    assert result["driver_branch"] == 580
+    assert result["kernel_module"]["flavor"] == "open"
+    assert result["topology"]["gpu_pair_links"] == {"NODE": 8, "PIX": 4, "SYS": 16}
+    assert result["acs"]["checked"] is True
+    assert result["problems"] == [] and result["advisories"] == []
+    assert result["rehearsal"] is False
+    json.dumps(result)  # what Ansible sends back must be JSON
+
+
+def test_seven_gpus_fail_with_an_actionable_message(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(RTX_PRO_6000, query="nvidia-smi-query-7gpu.csv")
+    assert result["failed"] is True
+    assert result["msg"].startswith("this node is not what the inventory says:\n- expected 8 NVIDIA GPUs, nvidia-smi lists 7")
+    assert [p["option"] for p in result["problems"]] == ["expected_gpu_count"]
+
+
+def test_problems_are_returned_without_failing_when_asked(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(dict(RTX_PRO_6000, fail_on_problems=False), license="modinfo-license-proprietary.txt")
+    assert result["failed"] is False
+    assert [p["code"] for p in result["problems"]] == ["kernel_module"]
+
+
+def test_no_gpu_is_a_problem_unless_rehearsing(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(RTX_PRO_6000, doubles=False)
+    assert result["failed"] is True
+    assert "no NVIDIA GPU found: nvidia-smi is not installed" in result["msg"]
+    result = node(dict(RTX_PRO_6000, require_gpu=False), doubles=False)
+    assert result["failed"] is False
+    assert result["rehearsal"] is True
+    assert result["gpu_present"] is False
+    assert result["problems"] == []
+
+
+def test_failing_nvidia_smi_is_reported(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(dict(RTX_PRO_6000, require_gpu=False), smi_fail="nvidia-smi-failed-no-driver.txt")
+    assert result["rehearsal"] is True
+    assert result["no_gpu_reason"].startswith("nvidia-smi failed (rc=9): NVIDIA-SMI has failed")
+
+
+@pytest.mark.parametrize("acs, failed, advisories", [("warn", False, 1), ("fail", True, 0), ("ignore", False, 0)])
+def test_acs_modes(node: t.Callable[..., dict[str, t.Any]], acs: str, failed: bool, advisories: int) -> None:
+    result = node(dict(RTX_PRO_6000, acs=acs), lspci="lspci-vvv-acs-enabled.txt")
+    assert result["failed"] is failed
+    assert result["acs_p2p_risk"] is True
+    assert len(result["advisories"]) == advisories
+
+
+def test_kernel_command_line_clears_the_acs_risk(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(dict(RTX_PRO_6000, acs="fail"), lspci="lspci-vvv-acs-enabled.txt",
+                  cmdline="proc-cmdline-iommu-pt.txt")
+    assert result["failed"] is False
+    assert result["acs_p2p_risk"] is False
