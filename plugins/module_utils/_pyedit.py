@@ -1189,4 +1189,5 @@ def unified_diff(before: str, after: str, path: str) -> str:
         return ""
     old = [line if _line_ending(line) else line + "\n" for line in _split_lines(before)]
     new = [line if _line_ending(line) else line + "\n" for line in _split_lines(after)]
-    return "".join(difflib.unified_diff(old, new, fromfile=f"a/{path}", tofile=f"b/{path}"))
+    name = path.lstrip("/")  # git style: "a/usr/lib/..." rather than "a//usr/lib/..."
+    return "".join(difflib.unified_diff(old, new, fromfile=f"a/{name}", tofile=f"b/{name}"))

@@ -602,6 +602,8 @@ def test_unified_diff() -> None:
     diff = pe.unified_diff("a\nb\n", "a\nc", PATH)
     assert diff.startswith(f"--- a/{PATH}\n+++ b/{PATH}\n")
     assert "-b\n" in diff and "+c\n" in diff
+    absolute = pe.unified_diff("a\n", "b\n", "/usr/lib/x.py")
+    assert absolute.startswith("--- a/usr/lib/x.py\n+++ b/usr/lib/x.py\n")
 
 
 @pytest.mark.parametrize("kwargs, text", [
