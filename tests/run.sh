@@ -32,7 +32,7 @@ if ! { bash tests/containers/setup-host.sh && source tests/env.sh; }; then
   exit 1
 fi
 # Real vLLM wheels the tests use, downloaded once into $GPUSERVE_WHEEL_CACHE (outside the repo).
-GPUSERVE_TEST_VLLM_VERSIONS="${GPUSERVE_TEST_VLLM_VERSIONS:-0.15.1 0.16.0 0.17.0 0.18.0 0.22.0 0.33.0}"
+GPUSERVE_TEST_VLLM_VERSIONS="${GPUSERVE_TEST_VLLM_VERSIONS:-0.14.1 0.15.1 0.16.0 0.17.0 0.17.1 0.18.0 0.22.0 0.33.0}"
 # shellcheck disable=SC2086
 python3 tests/support/vllm_wheels.py $GPUSERVE_TEST_VLLM_VERSIONS || echo "WARNING: wheel prefetch failed; tests that need them will fail"
 
