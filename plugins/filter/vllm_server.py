@@ -1,0 +1,58 @@
+# Copyright: gpuserve maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters the vllm_server role renders its unit and env file with.
+
+Quoting for systemd is easy to get subtly wrong in Jinja (`$`, `%`, quotes and backslashes
+inside the speculative-config JSON); these filters do it in tested Python instead.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_server import (
+    ServerConfigError,
+    serve_argv,
+    speculative_config,
+    systemd_env_lines,
+    systemd_exec_line,
+)
+
+
+def _wrap(func: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]:
+    def filter_func(*args: t.Any, **kwargs: t.Any) -> t.Any:
+        try:
+            return func(*args, **kwargs)
+        except ServerConfigError as exc:
+            raise AnsibleFilterError(f"{func.__name__}: {exc}") from exc
+
+    filter_func.__name__ = func.__name__
+    filter_func.__doc__ = func.__doc__
+    return filter_func
+
+
+def vllm_serve_argv(options: t.Mapping[str, t.Any], executable: str, model: str,
+                    extra_flags: t.Mapping[str, t.Any] | None = None) -> list[str]:
+    """options | vllm_serve_argv(executable, model, extra_flags) -> argv list."""
+    return serve_argv(executable, model, options, extra_flags)
+
+
+def vllm_speculative_config(model: str | None, method: str | None, num_speculative_tokens: t.Any,
+                            draft_tensor_parallel_size: t.Any = None,
+                            extra: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any] | None:
+    """drafter_path | vllm_speculative_config(method, n, draft_tp, extra) -> dict or None."""
+    return speculative_config(method, model, num_speculative_tokens, draft_tensor_parallel_size, extra)
+
+
+class FilterModule:
+    """gpuserve.vllm filters for rendering vLLM's systemd unit."""
+
+    def filters(self) -> dict[str, t.Callable[..., t.Any]]:
+        return {
+            "vllm_serve_argv": _wrap(vllm_serve_argv),
+            "vllm_speculative_config": _wrap(vllm_speculative_config),
+            "systemd_exec_line": _wrap(systemd_exec_line),
+            "systemd_env_lines": _wrap(systemd_env_lines),
+        }

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Rehearse the main job on this machine: build (once) a local Debian 12 systemd node in podman and
+# run the real playbooks/site.yml against it with inventories/rehearsal.
+#   bash scripts/rehearse.sh                 converge the rehearsal node (re-run: no changes)
+#   bash scripts/rehearse.sh --check --diff  show what would change, the vLLM patch diff included
+#   bash scripts/rehearse.sh --destroy       remove the rehearsal node
+# Extra arguments go to ansible-playbook. The node has no GPU: the play says so and stops short of
+# starting vLLM; vLLM itself is a real wheel from the package index, installed with --no-deps.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+node=gpuserve-rehearsal
+
+if [ "${1:-}" = --destroy ]; then
+  podman rm -f "$node"
+  exit 0
+fi
+
+bash tests/containers/setup-host.sh
+# shellcheck source=tests/env.sh
+source tests/env.sh
+bash tests/containers/build-images.sh
+
+# The rehearsal installs the vLLM release its inventory pins, from the host's wheel cache.
+version="$(python - <<'PY'
+import yaml
+with open("inventories/rehearsal/group_vars/all.yml") as f:
+    print(yaml.safe_load(f)["vllm_install_version"])
+PY
+)"
+python3 tests/support/vllm_wheels.py "$version" >/dev/null
+
+if ! podman container exists "$node"; then
+  echo "[rehearse] creating node $node"
+  podman run -d --name "$node" --hostname "$node" --systemd always \
+    --volume "$GPUSERVE_WHEEL_CACHE:/var/cache/gpuserve/wheels:ro" \
+    localhost/gpuserve-debian12-systemd:latest /sbin/init >/dev/null
+  # Where the host reaches the package index through a TLS-inspecting proxy, the node must
+  # trust the same local CA certificates as the host.
+  for crt in /usr/local/share/ca-certificates/*.crt; do
+    [ -e "$crt" ] && podman cp "$crt" "$node:/usr/local/share/ca-certificates/"
+  done
+  podman exec "$node" update-ca-certificates >/dev/null
+fi
+[ "$(podman inspect -f '{{.State.Running}}' "$node")" = true ] || podman start "$node" >/dev/null
+for _ in $(seq 1 60); do
+  state="$(podman exec "$node" systemctl is-system-running 2>/dev/null || true)"
+  case "$state" in running | degraded) break ;; esac
+  sleep 1
+done
+
+exec ansible-playbook -i inventories/rehearsal playbooks/site.yml "$@"

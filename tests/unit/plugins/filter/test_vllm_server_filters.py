@@ -1,0 +1,38 @@
+"""The vllm_server filters: registered names, argument order, errors as AnsibleFilterError."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuserve.vllm.plugins.filter.vllm_server import FilterModule
+
+FILTERS = FilterModule().filters()
+
+
+def test_registered_names() -> None:
+    assert set(FILTERS) == {"vllm_serve_argv", "vllm_speculative_config", "systemd_exec_line",
+                            "systemd_env_lines"}
+
+
+def test_role_pipeline_renders_valid_json() -> None:
+    spec = FILTERS["vllm_speculative_config"]("/d/it's \"x\"", "eagle3", 3, 8, {"note": "$HOME 5%"})
+    argv = FILTERS["vllm_serve_argv"]({"speculative_config": spec, "trust_remote_code": True},
+                                      "/opt/ml-env/bin/vllm", "/srv/m", {"port": 9000})
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == spec
+    line = FILTERS["systemd_exec_line"](argv)
+    assert "$$HOME 5%%" in line and line.startswith("/opt/ml-env/bin/vllm serve /srv/m ")
+
+
+@pytest.mark.parametrize("name, args", [
+    ("vllm_speculative_config", ("", "eagle3", 3)),
+    ("vllm_serve_argv", ({}, "/x", "")),
+    ("systemd_exec_line", (["relative"],)),
+    ("systemd_env_lines", ({"A-B": "1"},)),
+])
+def test_errors_become_filter_errors(name: str, args: tuple) -> None:
+    with pytest.raises(AnsibleFilterError, match=name):
+        FILTERS[name](*args)
