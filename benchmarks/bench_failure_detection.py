@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How long after vLLM dies does gpuserve.vllm.vllm_health_wait report it?  (target: < 10 s)
 
 Starts the fake vLLM server TEST DOUBLE (tests/doubles/fake_vllm_server.py) so that it dies at
@@ -58,7 +57,7 @@ def one_run(tmp: Path, args: list[str]) -> tuple[float, float, str]:
         ["ansible", "localhost", "-m", "gpuserve.vllm.vllm_health_wait", "-a",
          json.dumps({"url": "http://127.0.0.1:1/health", "unit": "vllm.service", "timeout": 600,
                      "progress_interval": 30})],
-        capture_output=True, text=True, env=env, timeout=700)
+        capture_output=True, text=True, env=env, timeout=700, check=False)
     reported = time.monotonic()
     if "t" not in died:
         raise SystemExit(f"the double did not die: {out.stdout[-2000:]}")
@@ -72,7 +71,7 @@ def site_rerun() -> None:
     """Time a no-change re-run of site.yml on the rehearsal node; print changed/failed counts."""
     begin = time.monotonic()
     out = subprocess.run(["ansible-playbook", "-i", "inventories/rehearsal", "playbooks/site.yml"],
-                         cwd=REPO, capture_output=True, text=True, timeout=1800)
+                         cwd=REPO, capture_output=True, text=True, timeout=1800, check=False)
     seconds = time.monotonic() - begin
     recap = [line for line in out.stdout.splitlines() if "gpuserve-rehearsal" in line and "ok=" in line]
     print(f"site.yml no-change re-run on the rehearsal node: {seconds:.1f} s (target < 30 s), rc={out.returncode}")
@@ -92,11 +91,11 @@ def main() -> None:
     worst = 0.0
     for name, args in SCENARIOS.items():
         delays = []
-        for _ in range(runs):
+        for _run in range(runs):
             with tempfile.TemporaryDirectory() as tmp:
                 delay, total, cause = one_run(Path(tmp), args)
             delays.append(delay)
-        worst = max(worst, max(delays))
+        worst = max(worst, *delays)
         print(f"  {name:36s} median {statistics.median(delays):5.2f} s  max {max(delays):5.2f} s  "
               f"(runs: {runs}; last total {total:.1f} s)\n      root cause: {cause[:150]}")
     print(f"worst: {worst:.2f} s -> {'meets' if worst < 10 else 'MISSES'} the 10 s target")

@@ -22,7 +22,8 @@ description:
     log line (weights loaded, KV cache sized, CUDA graphs captured). The companion action plugin
     of the same name calls it again until the server is healthy, dies or O(timeout) passes, and
     prints one progress line per call.
-author: gpuserve maintainers
+author:
+  - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
   - gpuserve.vllm.attributes
 attributes:
@@ -110,7 +111,7 @@ elapsed:
   type: float
   sample: 1712.4
 elapsed_text:
-  description: O(elapsed) for people.
+  description: RV(elapsed) for people, for example C(27m41s).
   returned: always
   type: str
   sample: 28m32s
@@ -145,7 +146,10 @@ progress:
   returned: always (through the action plugin)
   type: list
   elements: str
-  sample: ["vllm.service: 30s elapsed, not healthy yet (active/running, /health: not listening); latest: Loading safetensors checkpoint shards:  12% Completed | 8/64"]
+  sample:
+    - >-
+      vllm.service: 30s elapsed, not healthy yet (active/running, /health: not listening);
+      latest: Loading safetensors checkpoint shards:  12% Completed | 8/64
 started:
   description: Epoch seconds when the whole wait began (passed back by the action plugin).
   returned: always

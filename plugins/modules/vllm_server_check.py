@@ -17,7 +17,8 @@ description:
     (1 + accepted tokens / drafts) of that completion, and the per-position acceptance rates.
   - With O(expect_speculation), fails when the counters are missing or did not grow (the server
     answers, but the drafter is not used).
-author: gpuserve maintainers
+author:
+  - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
   - gpuserve.vllm.attributes
 attributes:
@@ -122,7 +123,7 @@ def main() -> None:
             "api_key": {"type": "str", "no_log": True},
             "model": {"type": "str", "required": True},
             "prompt": {"type": "str", "default": "The capital of France is"},
-            "max_tokens": {"type": "int", "default": 48},
+            "max_tokens": {"type": "int", "default": 48, "no_log": False},
             "expect_speculation": {"type": "bool", "default": True},
             "timeout": {"type": "int", "default": 120},
         },

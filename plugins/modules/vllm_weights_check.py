@@ -17,7 +17,8 @@ description:
   - Fails at once with every missing or empty file listed, so an incomplete download is found in
     seconds rather than when vLLM reaches the missing shard half an hour into the load.
   - Reads only; never changes anything.
-author: gpuserve maintainers
+author:
+  - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
   - gpuserve.vllm.attributes
 attributes:
