@@ -1,0 +1,146 @@
+# Private to the gpuserve.vllm collection: not a public API, may change without notice.
+"""Facts about a Python environment, read without importing anything installed in it.
+
+Why: later roles (vllm_install, eagle3_patches) must know which vLLM is installed without
+importing vllm (importing it pulls torch and CUDA, takes seconds and may fail on a node without a
+GPU). importlib.metadata only reads the dist-info folders. The small script below runs under the
+environment's own interpreter; everything else here is pure functions for the module and tests.
+
+Stdlib only, Python 3.9+, no Ansible imports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing as t
+
+# Runs as `<env python> -I -c INSPECT_SCRIPT`: -I ignores PYTHONPATH and the user site, so the
+# answer is about the environment itself. Only importlib.metadata is used: nothing installed in the
+# environment is imported.
+INSPECT_SCRIPT = r"""
+import json, sys
+from importlib import metadata
+pkgs = {}
+for dist in metadata.distributions():
+    name = dist.metadata["Name"]
+    if name:
+        pkgs.setdefault(name, dist.version)
+print(json.dumps({
+    "python_version": "%d.%d.%d" % sys.version_info[:3],
+    "prefix": sys.prefix,
+    "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+    "executable": sys.executable,
+    "packages": pkgs,
+}))
+"""
+
+_NAME_SEP = re.compile(r"[-_.]+")
+_SPEC = re.compile(r"^\s*(===|~=|==|!=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.*+!-]*)\s*$")
+_RELEASE = re.compile(r"^(?:\d+!)?(\d+(?:\.\d+)*)")
+
+
+class SpecifierError(ValueError):
+    """A version specifier this module cannot evaluate (the message says which)."""
+
+
+def normalize_name(name: str) -> str:
+    """PEP 503 name: 'Flash_Attn' and 'flash-attn' are the same distribution."""
+    return _NAME_SEP.sub("-", name).lower()
+
+
+def normalize_packages(packages: t.Mapping[str, str]) -> dict[str, str]:
+    """Map every distribution name to its PEP 503 form (first seen wins, as on sys.path)."""
+    out: dict[str, str] = {}
+    for name, version in packages.items():
+        out.setdefault(normalize_name(name), version)
+    return out
+
+
+def parse_inspect_output(text: str) -> dict[str, t.Any]:
+    """Decode INSPECT_SCRIPT's output; the last non-empty line is the JSON document."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("the interpreter printed nothing")
+    data = json.loads(lines[-1])
+    data["packages"] = normalize_packages(data.get("packages") or {})
+    return data
+
+
+def release_tuple(version: str) -> tuple[int, ...]:
+    """The numeric release part of a version: '3.12.3' -> (3, 12, 3), '2.10.0rc1' -> (2, 10, 0)."""
+    match = _RELEASE.match(version.strip())
+    if not match:
+        raise SpecifierError(f"not a version: {version!r}")
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+def _pad(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+
+
+def _clause_allows(op: str, target: str, version: tuple[int, ...]) -> bool:
+    if target.endswith(".*"):
+        if op not in ("==", "!="):
+            raise SpecifierError(f"a wildcard is only allowed with == or !=: {op}{target}")
+        prefix = release_tuple(target[:-2])
+        same = version[: len(prefix)] == prefix
+        return same if op == "==" else not same
+    wanted = release_tuple(target)
+    if op == "~=":
+        if len(wanted) < 2:
+            raise SpecifierError(f"~= needs at least two release parts: ~={target}")
+        lo, ver = _pad(wanted, version)
+        return ver >= lo and version[: len(wanted) - 1] == wanted[:-1]
+    ver, want = _pad(version, wanted)
+    return {
+        "==": ver == want,
+        "===": ver == want,
+        "!=": ver != want,
+        "<=": ver <= want,
+        ">=": ver >= want,
+        "<": ver < want,
+        ">": ver > want,
+    }[op]
+
+
+def specifier_allows(specifier: str, version: str) -> bool:
+    """Whether a release such as '3.11.2' satisfies a Requires-Python specifier such as
+    '>=3.10,<3.14' (PEP 440 comparison of the numeric release; enough for interpreter versions).
+    An empty specifier allows everything."""
+    ver = release_tuple(version)
+    for clause in specifier.split(","):
+        if not clause.strip():
+            continue
+        match = _SPEC.match(clause)
+        if not match:
+            raise SpecifierError(f"cannot read the version specifier clause {clause.strip()!r}")
+        if not _clause_allows(match.group(1), match.group(2), ver):
+            return False
+    return True
+
+
+def select_packages(packages: t.Mapping[str, str],
+                    wanted: t.Iterable[str] | None) -> tuple[dict[str, str], list[str]]:
+    """Limit the package map to the wanted names (any spelling); also return the missing ones."""
+    if wanted is None:
+        return dict(packages), []
+    selected: dict[str, str] = {}
+    missing: list[str] = []
+    for name in wanted:
+        key = normalize_name(name)
+        if key in packages:
+            selected[key] = packages[key]
+        else:
+            missing.append(key)
+    return selected, missing
+
+
+def pin_name(requirement: str) -> str:
+    """Distribution name of a requirement line: 'vllm[audio]==0.17.0' -> 'vllm'."""
+    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    if not match:
+        raise ValueError(f"not a requirement: {requirement!r}")
+    return normalize_name(match.group(1))
+
