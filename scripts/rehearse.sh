@@ -36,12 +36,6 @@ if ! podman container exists "$node"; then
   podman run -d --name "$node" --hostname "$node" --systemd always \
     --volume "$GPUSERVE_WHEEL_CACHE:/var/cache/gpuserve/wheels:ro" \
     localhost/gpuserve-debian12-systemd:latest /sbin/init >/dev/null
-  # Where the host reaches the package index through a TLS-inspecting proxy, the node must
-  # trust the same local CA certificates as the host.
-  for crt in /usr/local/share/ca-certificates/*.crt; do
-    [ -e "$crt" ] && podman cp "$crt" "$node:/usr/local/share/ca-certificates/"
-  done
-  podman exec "$node" update-ca-certificates >/dev/null
 fi
 [ "$(podman inspect -f '{{.State.Running}}' "$node")" = true ] || podman start "$node" >/dev/null
 for _ in $(seq 1 60); do

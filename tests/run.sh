@@ -2,7 +2,7 @@
 # The one test command (README "Tests"; .ci/run runs exactly this).
 #   bash tests/run.sh            all steps
 #   bash tests/run.sh unit lint  only the named steps
-# Steps: lint sanity unit build molecule. Every step runs even when an earlier one failed, so one
+# Steps: lint sanity unit build molecule rehearsal. Every step runs even when an earlier one failed, so one
 # run reports everything; the exit status is non-zero when any step failed. The last line is
 # "gpuserve: N passed, N failed" (pytest tests + molecule scenarios + the other steps).
 set -uo pipefail
@@ -12,7 +12,7 @@ cd "$repo"
 out="$repo/tests/output"
 mkdir -p "$out"
 
-all_steps=(lint sanity unit build molecule)
+all_steps=(lint sanity unit build molecule rehearsal)
 steps=("$@")
 [ "${#steps[@]}" -eq 0 ] && steps=("${all_steps[@]}")
 
@@ -85,9 +85,31 @@ step_molecule() {
   return $rc
 }
 
+step_rehearsal() {
+  # The README's main job, end to end: site.yml on a fresh rehearsal node, then again, which must
+  # report no changes. The node is recreated first and removed afterwards.
+  banner "rehearsal: scripts/rehearse.sh twice on a fresh node"
+  local rc=0 recap
+  bash scripts/rehearse.sh --destroy >/dev/null 2>&1
+  if bash scripts/rehearse.sh; then
+    bash scripts/rehearse.sh | tee "$out/rehearsal-rerun.log"
+    rc=${PIPESTATUS[0]}
+    recap="$(grep -E '^gpuserve-rehearsal +: ok=' "$out/rehearsal-rerun.log")"
+    echo "second run: $recap"
+    if [ "$rc" -eq 0 ] && ! grep -qE 'changed=0 +unreachable=0 +failed=0' <<<"$recap"; then
+      echo "FAIL: the second run of site.yml changed something"
+      rc=1
+    fi
+  else
+    rc=1
+  fi
+  bash scripts/rehearse.sh --destroy >/dev/null 2>&1
+  return $rc
+}
+
 for step in "${steps[@]}"; do
   case "$step" in
-    lint | sanity | build) "step_$step"; record "$step" $? ;;
+    lint | sanity | build | rehearsal) "step_$step"; record "$step" $? ;;
     unit)
       step_unit; rc=$?
       read -r up uf <"$out/unit-counts"

@@ -2,14 +2,23 @@
 # Build the local test images (no registry is reachable here), once; later runs reuse them.
 #   localhost/gpuserve-debian12:latest          Debian 12 minbase + python3, python3-apt, sudo, venv
 #   localhost/gpuserve-debian12-systemd:latest  the same with systemd as PID 1
-# Set GPUSERVE_REBUILD_IMAGES=1 to rebuild. Facts behind each step: ../shared/reference/containers.md.
+# Images carry a label with a hash of this script and of the host's extra CA certificates: a
+# change to either rebuilds them. GPUSERVE_REBUILD_IMAGES=1 forces a rebuild.
+# Facts behind each step: ../shared/reference/containers.md.
 set -euo pipefail
 
 base=localhost/gpuserve-debian12:latest
 systemd_image=localhost/gpuserve-debian12-systemd:latest
 rebuild="${GPUSERVE_REBUILD_IMAGES:-0}"
+host_cas=(/usr/local/share/ca-certificates/*.crt)
+[ -e "${host_cas[0]}" ] || host_cas=()
+recipe="$(cat "${BASH_SOURCE[0]}" "${host_cas[@]}" | sha256sum | cut -c1-16)"
+label="LABEL io.gpuserve.recipe=$recipe"
 
-have() { [ "$rebuild" != 1 ] && podman image exists "$1"; }
+have() {
+  [ "$rebuild" != 1 ] && podman image exists "$1" &&
+    [ "$(podman image inspect --format '{{ index .Labels "io.gpuserve.recipe" }}' "$1")" = "$recipe" ]
+}
 
 build_base() {
   local root
@@ -24,11 +33,17 @@ build_base() {
   cp /etc/apt/sources.list.d/*.sources "$root/etc/apt/sources.list.d/" 2>/dev/null || true
   [ -f /etc/apt/sources.list ] && cp /etc/apt/sources.list "$root/etc/apt/sources.list"
   for conf in /etc/apt/apt.conf.d/99*; do [ -f "$conf" ] && cp "$conf" "$root/etc/apt/apt.conf.d/"; done
+  # Where the host reaches the package indexes through a TLS-inspecting proxy, containers must
+  # trust the same extra CAs (nothing to copy where the host has none).
+  if [ "${#host_cas[@]}" -gt 0 ]; then
+    cp "${host_cas[@]}" "$root/usr/local/share/ca-certificates/"
+    chroot "$root" update-ca-certificates >/dev/null
+  fi
   chroot "$root" apt-get clean
   rm -rf "$root"/var/lib/apt/lists/*
   # Emptied lists must look stale, or apt's cache_valid_time trusts them and finds nothing.
   touch -d 2000-01-01 "$root/var/lib/apt/lists"
-  tar -C "$root" -c . | podman import - "$base" >/dev/null
+  tar -C "$root" -c . | podman import --change "$label" - "$base" >/dev/null
   echo "[images] built $base"
 }
 
@@ -43,7 +58,8 @@ build_systemd() {
     apt-get clean
     rm -rf /var/lib/apt/lists/*
     touch -d 2000-01-01 /var/lib/apt/lists'
-  podman commit --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' "$ctr" "$systemd_image" >/dev/null
+  podman commit --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' --change "$label" \
+    "$ctr" "$systemd_image" >/dev/null 2>&1
   podman rm -f "$ctr" >/dev/null
   echo "[images] built $systemd_image"
 }
