@@ -6,7 +6,7 @@
 # and exposes this checkout as the collection gpuserve.vllm through a symlinked
 # ansible_collections tree. Everything downloaded lives in $GPUSERVE_CACHE, outside the repo.
 
-GPUSERVE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+GPUSERVE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 export GPUSERVE_REPO
 export GPUSERVE_CACHE="${GPUSERVE_CACHE:-$HOME/.cache/gpuserve}"
 export GPUSERVE_WHEEL_CACHE="${GPUSERVE_WHEEL_CACHE:-$GPUSERVE_CACHE/wheels}"
@@ -51,11 +51,13 @@ _gpuserve_collections() {
     done
     rm -rf "$deps.tmp" "$dl" "$deps" && mv "$deps.final" "$deps"
   fi
-  # This checkout as gpuserve.vllm, without copying it.
-  local self="$GPUSERVE_CACHE/self/ansible_collections/gpuserve"
-  mkdir -p "$self"
-  ln -sfn "$GPUSERVE_REPO" "$self/vllm"
-  export ANSIBLE_COLLECTIONS_PATH="$GPUSERVE_CACHE/self:$deps"
+  # This checkout as gpuserve.vllm, without copying it; one link tree per checkout, so two
+  # clones (a developer's and a CI run's) never test each other's code.
+  local self
+  self="$GPUSERVE_CACHE/self-$(printf '%s' "$GPUSERVE_REPO" | sha256sum | cut -c1-12)"
+  mkdir -p "$self/ansible_collections/gpuserve"
+  ln -sfn "$GPUSERVE_REPO" "$self/ansible_collections/gpuserve/vllm"
+  export ANSIBLE_COLLECTIONS_PATH="$self:$deps"
   export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false
 }
 

@@ -1,12 +1,13 @@
 """Make the checkout importable as ansible_collections.gpuserve.vllm, and tests.support importable.
 
-`source tests/env.sh` links the checkout at $GPUSERVE_CACHE/self/ansible_collections/gpuserve/vllm;
+`source tests/env.sh` links the checkout at $GPUSERVE_CACHE/self-<hash of its path>/ansible_collections/gpuserve/vllm;
 without it (a plain clone, an IDE) a link in a temporary directory does the same, so the unit
 tests import the collection's code exactly the way Ansible does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -17,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _collections_root() -> Path:
     cache = Path(os.environ.get("GPUSERVE_CACHE", Path.home() / ".cache" / "gpuserve"))
-    linked = cache / "self"
+    linked = cache / f"self-{hashlib.sha256(str(REPO).encode()).hexdigest()[:12]}"
     if (linked / "ansible_collections" / "gpuserve" / "vllm").resolve() == REPO:
         return linked
     root = Path(tempfile.mkdtemp(prefix="gpuserve-collections-"))
