@@ -143,4 +143,3 @@ def pin_name(requirement: str) -> str:
     if not match:
         raise ValueError(f"not a requirement: {requirement!r}")
     return normalize_name(match.group(1))
-

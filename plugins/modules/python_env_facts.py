@@ -38,7 +38,7 @@ options:
         C(==), C(!=), C(<), C(<=), C(>), C(>=), C(~=), C(==X.*)).
     type: str
 author:
-  - gpuserve maintainers
+  - gpuserve maintainers (@gpuserve)
 attributes:
   check_mode:
     support: full
