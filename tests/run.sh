@@ -67,7 +67,7 @@ step_build() {
   local tmp rc=0
   tmp="$(mktemp -d)"
   ansible-galaxy collection build --force --output-path "$tmp/dist" . &&
-    ansible-galaxy collection install --offline -p "$tmp/installed" "$tmp"/dist/gpuserve-vllm-*.tar.gz &&
+    ansible-galaxy collection install --offline --force -p "$tmp/installed" "$tmp"/dist/gpuserve-vllm-*.tar.gz &&
     ANSIBLE_COLLECTIONS_PATH="$tmp/installed:${ANSIBLE_COLLECTIONS_PATH#*:}" \
       ansible-playbook -i inventories/rehearsal gpuserve.vllm.site --syntax-check || rc=1
   rm -rf "$tmp"
