@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_facts
 from ansible_collections.gpuserve.vllm.plugins.modules import gpu_preflight
+
+from module_runner import run_module_main
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "gpu_node"
 DOUBLES = FIXTURES / "doubles"
@@ -50,22 +50,8 @@ def node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> t.Callable[..., dic
             return (FIXTURES / name).read_text(encoding="utf-8") if name else None
 
         monkeypatch.setattr(gpu_preflight, "_reader", reader)
-        with patch_module_args(args), pytest.raises(SystemExit):
-            gpu_preflight.main()
-        return result_holder.pop()
+        return run_module_main(gpu_preflight, args, monkeypatch)
 
-    result_holder: list[dict[str, t.Any]] = []
-
-    def capture(self: t.Any, **kwargs: t.Any) -> None:
-        result_holder.append(dict(kwargs, failed=False))
-        raise SystemExit(0)
-
-    def capture_fail(self: t.Any, msg: str, **kwargs: t.Any) -> None:
-        result_holder.append(dict(kwargs, failed=True, msg=msg))
-        raise SystemExit(1)
-
-    monkeypatch.setattr(gpu_preflight.AnsibleModule, "exit_json", capture)
-    monkeypatch.setattr(gpu_preflight.AnsibleModule, "fail_json", capture_fail)
     return run
 
 

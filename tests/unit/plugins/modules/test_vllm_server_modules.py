@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.gpuserve.vllm.plugins.modules import (
     vllm_health_wait,
     vllm_server_check,
     vllm_weights_check,
 )
+
+from module_runner import run_module_main
 
 DOUBLES = Path(__file__).resolve().parents[3] / "doubles"
 sys.path.insert(0, str(DOUBLES))
@@ -86,25 +85,6 @@ def double(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t.Iterator[t.Call
         d.proc.wait(timeout=10)
 
 
-def run_module(module: t.Any, args: dict[str, t.Any], monkeypatch: pytest.MonkeyPatch) -> dict[str, t.Any]:
-    """Run a module's main() and return what it exited or failed with."""
-    results: list[dict[str, t.Any]] = []
-
-    def exit_json(self: t.Any, **kwargs: t.Any) -> None:
-        results.append(dict(kwargs, failed=False))
-        raise SystemExit(0)
-
-    def fail_json(self: t.Any, msg: str, **kwargs: t.Any) -> None:
-        results.append(dict(kwargs, msg=msg, failed=True))
-        raise SystemExit(1)
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-    with patch_module_args(args), pytest.raises(SystemExit):
-        module.main()
-    return results[0]
-
-
 # ---- vllm_weights_check -------------------------------------------------------------------
 
 def test_weights_check_lists_every_missing_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,7 +96,7 @@ def test_weights_check_lists_every_missing_file(tmp_path: Path, monkeypatch: pyt
         {"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors", "c": "s3.safetensors"}}))
     (model / "s1.safetensors").write_text("x")
     (model / "s3.safetensors").write_text("")
-    result = run_module(vllm_weights_check, {"paths": [str(model), str(drafter)]}, monkeypatch)
+    result = run_module_main(vllm_weights_check, {"paths": [str(model), str(drafter)]}, monkeypatch)
     assert result["failed"] and not result["complete"] and not result["changed"]
     assert "4 problem(s)" in result["msg"]
     for fragment in ("s2.safetensors: missing", "s3.safetensors: empty", "drafter/config.json: missing",
@@ -128,9 +108,9 @@ def test_weights_check_passes_complete_dirs_and_can_only_report(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_text("x")
-    assert run_module(vllm_weights_check, {"paths": [str(tmp_path)]}, monkeypatch)["complete"] is True
-    result = run_module(vllm_weights_check, {"paths": [str(tmp_path / "none")], "fail_on_problems": False},
-                        monkeypatch)
+    assert run_module_main(vllm_weights_check, {"paths": [str(tmp_path)]}, monkeypatch)["complete"] is True
+    result = run_module_main(vllm_weights_check, {"paths": [str(tmp_path / "none")], "fail_on_problems": False},
+                             monkeypatch)
     assert result["failed"] is False and result["complete"] is False and len(result["problems"]) == 1
 
 
@@ -139,8 +119,8 @@ def test_weights_check_passes_complete_dirs_and_can_only_report(tmp_path: Path,
 def test_server_check_reports_acceptance(double: t.Callable[..., Double], monkeypatch: pytest.MonkeyPatch) -> None:
     server = double("--double-load-seconds", "0")
     base = server.wait_for_port()
-    result = run_module(vllm_server_check, {"base_url": base, "model": "kimi-k2.5", "max_tokens": 48},
-                        monkeypatch)
+    result = run_module_main(vllm_server_check, {"base_url": base, "model": "kimi-k2.5", "max_tokens": 48},
+                             monkeypatch)
     assert result["failed"] is False, result
     assert result["models"] == ["kimi-k2.5"]
     spec = result["spec_decode"]
@@ -155,32 +135,32 @@ def test_server_check_reports_acceptance(double: t.Callable[..., Double], monkey
 def test_server_check_fails_on_flat_counters(double: t.Callable[..., Double],
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     base = double("--double-load-seconds", "0", "--double-mode", "flat-counters").wait_for_port()
-    result = run_module(vllm_server_check, {"base_url": base, "model": "kimi-k2.5"}, monkeypatch)
+    result = run_module_main(vllm_server_check, {"base_url": base, "model": "kimi-k2.5"}, monkeypatch)
     assert result["failed"] and "counters stayed flat" in result["msg"]
     assert result["spec_decode"]["grew"] is False
 
 
 def test_server_check_without_speculation(double: t.Callable[..., Double], monkeypatch: pytest.MonkeyPatch) -> None:
     base = double("--double-load-seconds", "0", spec=False).wait_for_port()
-    expect = run_module(vllm_server_check, {"base_url": base, "model": "kimi-k2.5"}, monkeypatch)
+    expect = run_module_main(vllm_server_check, {"base_url": base, "model": "kimi-k2.5"}, monkeypatch)
     assert expect["failed"] and "exports no vllm:spec_decode_* counters" in expect["msg"]
-    plain = run_module(vllm_server_check, {"base_url": base, "model": "kimi-k2.5", "expect_speculation": False},
-                       monkeypatch)
+    plain = run_module_main(vllm_server_check, {"base_url": base, "model": "kimi-k2.5", "expect_speculation": False},
+                            monkeypatch)
     assert plain["failed"] is False and "no speculative decoding observed" in plain["summary"]
 
 
 def test_server_check_wrong_served_name(double: t.Callable[..., Double], monkeypatch: pytest.MonkeyPatch) -> None:
     base = double("--double-load-seconds", "0").wait_for_port()
-    result = run_module(vllm_server_check, {"base_url": base, "model": "kimi"}, monkeypatch)
+    result = run_module_main(vllm_server_check, {"base_url": base, "model": "kimi"}, monkeypatch)
     assert result["failed"] and "not the served name 'kimi'" in result["msg"]
 
 
 def test_server_check_api_key(double: t.Callable[..., Double], monkeypatch: pytest.MonkeyPatch) -> None:
     base = double("--double-load-seconds", "0", "--api-key", "s3cret").wait_for_port()
-    denied = run_module(vllm_server_check, {"base_url": base, "model": "kimi-k2.5"}, monkeypatch)
+    denied = run_module_main(vllm_server_check, {"base_url": base, "model": "kimi-k2.5"}, monkeypatch)
     assert denied["failed"] and "401" in denied["msg"] and "API key" in denied["msg"]
-    allowed = run_module(vllm_server_check, {"base_url": base, "model": "kimi-k2.5", "api_key": "s3cret"},
-                         monkeypatch)
+    allowed = run_module_main(vllm_server_check, {"base_url": base, "model": "kimi-k2.5", "api_key": "s3cret"},
+                              monkeypatch)
     assert allowed["failed"] is False
 
 
@@ -193,7 +173,7 @@ def wait_args(base: str, **extra: t.Any) -> dict[str, t.Any]:
 
 def test_health_wait_success(double: t.Callable[..., Double], monkeypatch: pytest.MonkeyPatch) -> None:
     base = double("--double-load-seconds", "0.5").wait_for_port()
-    result = run_module(vllm_health_wait, wait_args(base), monkeypatch)
+    result = run_module_main(vllm_health_wait, wait_args(base), monkeypatch)
     assert result["failed"] is False and result["healthy"] is True and result["done"] is True
     assert result["http_status"] == 200
 
@@ -208,7 +188,7 @@ def test_health_wait_fails_fast_with_root_cause(double: t.Callable[..., Double],
                                                 args: tuple[str, ...], expected: str) -> None:
     server = double(*args, port=1)  # port 1: nothing ever listens before it dies
     begin = time.monotonic()
-    result = run_module(vllm_health_wait, wait_args("http://127.0.0.1:1", timeout=120), monkeypatch)
+    result = run_module_main(vllm_health_wait, wait_args("http://127.0.0.1:1", timeout=120), monkeypatch)
     elapsed = time.monotonic() - begin
     assert server.proc.wait(timeout=5) == 1
     assert result["failed"] is True and result["healthy"] is False
@@ -220,25 +200,25 @@ def test_health_wait_fails_fast_with_root_cause(double: t.Callable[..., Double],
 def test_health_wait_returns_progress_then_continues(double: t.Callable[..., Double],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     server = double("--double-load-seconds", "4", port=0)
-    first = run_module(vllm_health_wait, wait_args("http://127.0.0.1:1", progress_interval=1), monkeypatch)
+    first = run_module_main(vllm_health_wait, wait_args("http://127.0.0.1:1", progress_interval=1), monkeypatch)
     assert first["failed"] is False and first["done"] is False and first["healthy"] is False
     assert first["latest_line"] and "Loading safetensors checkpoint shards" in first["latest_line"]
     base = server.wait_for_port()
-    second = run_module(vllm_health_wait, wait_args(base, started=first["started"], baseline=first["baseline"]),
-                        monkeypatch)
+    second = run_module_main(vllm_health_wait, wait_args(base, started=first["started"], baseline=first["baseline"]),
+                             monkeypatch)
     assert second["healthy"] is True and second["elapsed"] >= first["elapsed"]
 
 
 def test_health_wait_unhealthy_server_fails_after_grace(double: t.Callable[..., Double],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     base = double("--double-load-seconds", "0", "--double-mode", "unhealthy").wait_for_port()
-    result = run_module(vllm_health_wait, wait_args(base, unhealthy_grace=1), monkeypatch)
+    result = run_module_main(vllm_health_wait, wait_args(base, unhealthy_grace=1), monkeypatch)
     assert result["failed"] and "answered HTTP 503" in result["msg"]
     assert "died unexpectedly" in result["msg"]
 
 
 def test_health_wait_times_out(double: t.Callable[..., Double], monkeypatch: pytest.MonkeyPatch) -> None:
     double("--double-load-seconds", "30", port=0)
-    result = run_module(vllm_health_wait, wait_args("http://127.0.0.1:1", timeout=1), monkeypatch)
+    result = run_module_main(vllm_health_wait, wait_args("http://127.0.0.1:1", timeout=1), monkeypatch)
     assert result["failed"] and "did not answer 200 within 1s" in result["msg"]
     assert "Loading safetensors checkpoint shards" in (result["latest_line"] or "")
