@@ -164,12 +164,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_server import (
-    UNIT_PROPERTIES,
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_http import format_duration, http_request
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_journal import (
     extract_root_cause,
-    format_duration,
-    http_request,
     latest_meaningful_line,
+)
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_unit import (
+    UNIT_PROPERTIES,
     parse_systemctl_show,
     unit_death,
 )

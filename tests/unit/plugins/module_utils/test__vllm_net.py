@@ -1,0 +1,15 @@
+"""Tables for the loopback test of the bind address (plugins/module_utils/_vllm_net.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_net as vn
+
+
+@pytest.mark.parametrize("host, expected", [
+    ("127.0.0.1", True), ("127.1.2.3", True), ("localhost", True), ("::1", True), ("[::1]", True),
+    ("0.0.0.0", False), ("::", False), ("10.0.0.5", False), ("gpu01.example", False),
+])
+def test_is_loopback(host: str, expected: bool) -> None:
+    assert vn.is_loopback(host) is expected
