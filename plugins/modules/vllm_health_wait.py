@@ -15,8 +15,12 @@ description:
     (C(systemctl show) C(ActiveState), C(SubState), C(MainPID), C(NRestarts)).
   - If the process exits, is restarted by systemd, or the unit stops, the wait ends at once;
     the module reads the unit's journal since the process started (C(journalctl -u)) and fails
-    with the root-cause lines in its message -- the last traceback's final line and the file it
-    was raised in, SyntaxError locations, CUDA out-of-memory and NCCL errors.
+    with the root-cause lines in its message. vLLM's per-process prefixes (C((Worker_TP3 pid=..\)),
+    level, date, C([file:line])) are removed and tracebacks read per process, so the message
+    leads with the first real exception (type, message, file, line, source line) -- for example
+    a worker's C(IndentationError), C(ModuleNotFoundError), CUDA out of memory, an NCCL error,
+    C(No valid attention backend), an argument error or a config C(ValidationError) -- followed
+    by vLLM's generic C(Engine core initialization failed), and a hint what to do.
   - A model load takes up to an hour and an Ansible task prints only when it ends, so the module
     returns after O(progress_interval) seconds with the elapsed time and the latest meaningful
     log line (weights loaded, KV cache sized, CUDA graphs captured). The companion action plugin
@@ -135,7 +139,18 @@ root_cause:
   returned: failure
   type: list
   elements: str
-  sample: ["SyntaxError: '(' was never closed -- in /opt/ml-env/.../deepseek_v2.py line 57"]
+  sample:
+    - >-
+      IndentationError: unexpected indent -- in /opt/ml-env/.../deepseek_v2.py line 84 near
+      `from vllm.model_executor.layers.fused_moe import FusedMoE` (raised in 8 processes)
+    - "RuntimeError: Engine core initialization failed. See root cause above. ..."
+root_cause_hint:
+  description: What to do about the kind of failure recognised in RV(root_cause), if any.
+  returned: failure
+  type: str
+  sample: >-
+    a Python file of the environment does not parse (an edited or patched vLLM file?): fix the
+    file and line named, or reinstall vLLM and re-run its patches
 journal_tail:
   description: The last journal lines of the dead process (on failure).
   returned: failure
@@ -166,6 +181,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_http import format_duration, http_request
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_journal import (
+    cause_hint,
     extract_root_cause,
     latest_meaningful_line,
 )
@@ -260,11 +276,14 @@ def main() -> None:
     def fail(reason: str) -> None:
         lines = watcher.journal(since)
         causes = extract_root_cause(lines)
-        result = report(healthy=False, done=True, root_cause=causes, journal_tail=lines[-40:])
+        hint = cause_hint(causes)
+        result = report(healthy=False, done=True, root_cause=causes, root_cause_hint=hint,
+                        journal_tail=lines[-40:])
         cause_text = " | ".join(causes) if causes else "no root cause found in the journal"
         module.fail_json(
             msg=(f"vLLM is not serving: {reason}. Root cause: {cause_text}. "
-                 f"Full log: journalctl -u {p['unit']} --since @{int(since)}"),
+                 + (f"Hint: {hint}. " if hint else "")
+                 + f"Full log: journalctl -u {p['unit']} --since @{int(since)}"),
             **result,
         )
 
