@@ -10,8 +10,11 @@ from __future__ import annotations
 import typing as t
 
 
+# InvocationID: each start of the unit has its own; the journal of the watched start is read by
+# it, so a cause logged by an earlier start is never reported.
 UNIT_PROPERTIES = ("ActiveState", "SubState", "MainPID", "NRestarts", "ExecMainStatus",
-                   "ExecMainCode", "Result", "ExecMainStartTimestampMonotonic", "LoadState")
+                   "ExecMainCode", "Result", "ExecMainStartTimestampMonotonic", "LoadState",
+                   "InvocationID")
 
 
 def parse_systemctl_show(text: str) -> dict[str, str]:

@@ -14,7 +14,8 @@ description:
   - Polls the server's C(/health) endpoint and, at the same time, the systemd unit running it
     (C(systemctl show) C(ActiveState), C(SubState), C(MainPID), C(NRestarts)).
   - If the process exits, is restarted by systemd, or the unit stops, the wait ends at once;
-    the module reads the unit's journal since the process started (C(journalctl -u)) and fails
+    the module reads the journal of the unit's start it watches (C(_SYSTEMD_INVOCATION_ID), else
+    C(journalctl -u) since that process started, never an earlier start's lines) and fails
     with the root-cause lines in its message. vLLM's per-process prefixes (C((Worker_TP3 pid=..\)),
     level, date, C([file:line])) are removed and tracebacks read per process, so the message
     leads with the first real exception (type, message, file, line, source line) -- for example
@@ -211,12 +212,23 @@ class Watcher:
             self.module.fail_json(msg=f"systemctl show {self.unit} failed: {err.strip() or out.strip()}")
         return parse_systemctl_show(out)
 
-    def journal(self, since: float) -> list[str]:
+    def journal(self, since: float, invocation: str | None = None) -> list[str]:
+        """The unit's lines since `since`; only those of one start when its invocation is known.
+
+        journald tags a service's output with _SYSTEMD_INVOCATION_ID; where it cannot (some
+        containers), the time window alone keeps earlier starts' lines out.
+        """
         if not self.unit or not self.journalctl:
             return []
-        cmd = [self.journalctl, "--unit", self.unit, "--since", f"@{int(since)}", "--output", "cat",
-               "--no-pager", "--quiet", "--lines", str(self.journal_lines)]
-        rc, out, _err = self.module.run_command(cmd, errors="surrogate_or_replace")
+        tail = ["--since", f"@{int(since)}", "--output", "cat", "--no-pager", "--quiet",
+                "--lines", str(self.journal_lines)]
+        if invocation:
+            rc, out, _err = self.module.run_command(
+                [self.journalctl, f"_SYSTEMD_INVOCATION_ID={invocation}"] + tail, errors="surrogate_or_replace")
+            if rc == 0 and out.strip():
+                return out.splitlines()
+        rc, out, _err = self.module.run_command([self.journalctl, "--unit", self.unit] + tail,
+                                                errors="surrogate_or_replace")
         return out.splitlines() if rc == 0 else []
 
 
@@ -228,7 +240,9 @@ def process_start_epoch(props: dict[str, str], now: float) -> float:
         mono = 0
     if mono <= 0:
         return now - 5
-    return now - max(0.0, time.monotonic() - mono) - 2
+    # journalctl --since takes whole seconds and rounds down: no slack needed, and none taken,
+    # so the lines of a start that ended just before this one stay out.
+    return now - max(0.0, time.monotonic() - mono)
 
 
 def main() -> None:
@@ -264,7 +278,7 @@ def main() -> None:
 
     def report(**extra) -> dict:
         elapsed = time.time() - started
-        lines = watcher.journal(since)
+        lines = watcher.journal(since, baseline.get("InvocationID"))
         result = {"changed": False, "started": started, "baseline": baseline,
                   "elapsed": round(elapsed, 1), "elapsed_text": format_duration(elapsed),
                   "http_status": status, "latest_line": latest_meaningful_line(lines)}
@@ -274,7 +288,7 @@ def main() -> None:
         return result
 
     def fail(reason: str) -> None:
-        lines = watcher.journal(since)
+        lines = watcher.journal(since, baseline.get("InvocationID"))
         causes = extract_root_cause(lines)
         hint = cause_hint(causes)
         result = report(healthy=False, done=True, root_cause=causes, root_cause_hint=hint,
