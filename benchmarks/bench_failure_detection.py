@@ -1,7 +1,8 @@
 """How long after vLLM dies does gpuserve.vllm.vllm_health_wait report it?  (target: < 10 s)
 
 Starts the fake vLLM server TEST DOUBLE (tests/doubles/fake_vllm_server.py) so that it dies at
-start or mid-load, runs the real module through `ansible localhost -m
+start (also replaying the seeds' crash in vLLM's real multi-process log format,
+tests/fixtures/vllm_logs/seed_indentationerror_deepseek_v2.log) or mid-load, runs the real module through `ansible localhost -m
 gpuserve.vllm.vllm_health_wait` (action plugin included) with systemctl/journalctl test doubles
 following the process (tests/doubles/fake_systemd.py), and prints, per run, the seconds between
 the process's exit and ansible-playbook's failure with the root cause, plus the root-cause line.
@@ -32,6 +33,8 @@ from fake_systemd import make_fake_systemd  # noqa: E402  (test double helper)
 
 SCENARIOS = {
     "crash-at-start (SyntaxError)": ["--double-mode", "crash-at-start", "--double-crash", "syntax"],
+    # the seeds' failure in vLLM's real log format: prefixed, interleaved workers, generic last
+    "crash-at-start (real format, 8 workers)": ["--double-mode", "crash-at-start", "--double-crash", "replay"],
     "die-mid-load after 5 s (CUDA OOM)": ["--double-mode", "die-mid-load", "--double-die-after", "5",
                                           "--double-crash", "oom"],
     "die-mid-load after 5 s (NCCL)": ["--double-mode", "die-mid-load", "--double-die-after", "5",
@@ -96,7 +99,7 @@ def main() -> None:
                 delay, total, cause = one_run(Path(tmp), args)
             delays.append(delay)
         worst = max(worst, *delays)
-        print(f"  {name:36s} median {statistics.median(delays):5.2f} s  max {max(delays):5.2f} s  "
+        print(f"  {name:40s} median {statistics.median(delays):5.2f} s  max {max(delays):5.2f} s  "
               f"(runs: {runs}; last total {total:.1f} s)\n      root cause: {cause[:150]}")
     print(f"worst: {worst:.2f} s -> {'meets' if worst < 10 else 'MISSES'} the 10 s target")
 

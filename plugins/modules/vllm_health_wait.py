@@ -289,6 +289,12 @@ def main() -> None:
 
     def fail(reason: str) -> None:
         lines = watcher.journal(since, baseline.get("InvocationID"))
+        for _attempt in range(6):  # journald may still be taking in a dying process's last lines
+            time.sleep(0.25)
+            again = watcher.journal(since, baseline.get("InvocationID"))
+            if len(again) <= len(lines):
+                break
+            lines = again
         causes = extract_root_cause(lines)
         hint = cause_hint(causes)
         result = report(healthy=False, done=True, root_cause=causes, root_cause_hint=hint,
