@@ -4,7 +4,8 @@
 Put bin_dir first on PATH and set FAKE_SYSTEMD_PIDFILE (pid of the watched process, e.g. the
 fake vLLM server double) and FAKE_SYSTEMD_LOG (its captured stdout/stderr):
 - `systemctl show UNIT --property=...` says active/running while the pid lives, failed after;
-- `journalctl ...` prints the log file.
+- `journalctl ...` prints the log file (FAKE_SYSTEMD_UNIT_LOG instead for `--unit`, when set:
+  the unit's history with earlier starts).
 The real commands are exercised by the molecule scenario in a systemd container.
 """
 
@@ -38,9 +39,14 @@ for key, value in state.items():
 '''
 
 JOURNALCTL = r'''#!{python}
-"""TEST DOUBLE of journalctl (see tests/doubles/fake_systemd.py): prints the captured log."""
+"""TEST DOUBLE of journalctl (see tests/doubles/fake_systemd.py): prints the captured log.
+
+Asked by invocation (_SYSTEMD_INVOCATION_ID=...) it prints the watched process's log; asked by
+--unit it prints FAKE_SYSTEMD_UNIT_LOG (the unit's whole history) when set.
+"""
 import os, sys
-with open(os.environ["FAKE_SYSTEMD_LOG"], errors="replace") as handle:
+by_unit = "--unit" in sys.argv and os.environ.get("FAKE_SYSTEMD_UNIT_LOG")
+with open(by_unit or os.environ["FAKE_SYSTEMD_LOG"], errors="replace") as handle:
     sys.stdout.write(handle.read())
 '''
 

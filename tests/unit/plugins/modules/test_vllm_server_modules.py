@@ -203,6 +203,20 @@ def test_health_wait_fails_fast_with_root_cause(double: t.Callable[..., Double],
     assert elapsed < 60  # bounded; the benchmark prints the real figure
 
 
+def test_health_wait_reports_only_the_watched_start(double: t.Callable[..., Double], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unit's history holds an earlier start's OOM; the new start dies of a SyntaxError."""
+    history = tmp_path / "unit-history.log"
+    history.write_text("(Worker_TP0 pid=9) ERROR 11-29 10:00:00 [multiproc_executor.py:671] "
+                       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB.\n")
+    monkeypatch.setenv("FAKE_SYSTEMD_UNIT_LOG", str(history))
+    server = double("--double-mode", "crash-at-start", port=1)
+    result = run_module_main(vllm_health_wait, wait_args("http://127.0.0.1:1", timeout=120), monkeypatch)
+    assert server.proc.wait(timeout=5) == 1
+    assert result["root_cause"][0].startswith("SyntaxError: '(' was never closed"), result["root_cause"]
+    assert "out of memory" not in result["msg"]
+
+
 def test_health_wait_returns_progress_then_continues(double: t.Callable[..., Double],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     server = double("--double-load-seconds", "4", port=0)
