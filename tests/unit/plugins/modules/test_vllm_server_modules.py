@@ -204,7 +204,7 @@ def test_health_wait_fails_fast_with_root_cause(double: t.Callable[..., Double],
 
 
 def test_health_wait_reports_only_the_watched_start(double: t.Callable[..., Double], tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The unit's history holds an earlier start's OOM; the new start dies of a SyntaxError."""
     history = tmp_path / "unit-history.log"
     history.write_text("(Worker_TP0 pid=9) ERROR 11-29 10:00:00 [multiproc_executor.py:671] "
