@@ -23,6 +23,13 @@ description:
   - Several files given in O(files) are changed all-or-nothing. Every file is computed,
     compiled and validated before the first one is replaced; when O(import_check) fails after
     writing, every file is put back.
+  - Each run is a transaction under the files' locks. Before the first record change or
+    replacement, a journal under O(state_dir) (fsynced) holds the bytes before, the sha256 after,
+    the temporary files and the record files as they were. It is removed once every file is
+    written and checked. A run killed before that point (SIGKILL, power loss, Ansible timeout)
+    is rolled back by the next run on any of its files, before anything else, with a warning and
+    RV(recovered) saying so; a file whose O(import_check) never completed is thus patched and
+    checked again by that next run.
   - The module keeps, per file it changed, a record under O(state_dir) holding the original
     bytes, so O(state=absent) can put back exactly what was there before, and only when the
     file is still exactly what the module wrote.
@@ -205,13 +212,14 @@ options:
       - V(present) applies the edits.
       - V(absent) puts back the bytes from before the module changed the file, using the record
         in O(state_dir), but only when the file is still exactly what the module wrote. A file
-        replaced since (for example by a package upgrade) is left alone, reported with
-        C(replaced_since) and a warning; that is not a failure. Without a record there is
-        nothing to revert and nothing changes.
+        changed since (a package upgrade, a hand edit) is left alone, reported with
+        C(replaced_since) and a warning naming the C(.orig) file that keeps the original bytes;
+        that is not a failure. Without a record there is nothing to revert and nothing changes.
       - With O(state=present), a file whose record no longer matches (an upgrade replaced it)
-        is treated as the new original; the edits are applied to it and the record rewritten.
-        If the new file already contains every edit (a release that ships the change), the stale
-        record is removed with a warning and nothing is reported as changed.
+        is treated as the new original; the edits are applied to it, the old record is kept as a
+        superseded copy and a new one written. If the changed file already contains every edit
+        (a release that ships the change, a hand edit), the record is kept as it is, with a
+        warning, and nothing is reported as changed.
     type: str
     choices: [present, absent]
     default: present
@@ -231,7 +239,7 @@ options:
         last lines.
       - Runs only when a file changed, and not in check mode.
       - The process inherits the task's environment, so C(environment:) can set
-        C(PYTHONPATH) or CUDA variables for it.
+        C(PYTHONPATH) or CUDA variables for it. It is bounded by O(check_timeout).
     type: list
     elements: str
     default: []
@@ -252,7 +260,8 @@ options:
       - Command run on each changed file before it replaces the original, with C(%s) standing for
         the path of the temporary copy (whose name does not end in C(.py)). A non-zero exit fails
         the module and leaves every file as it was.
-      - Runs without a shell. In check mode it runs on a copy in a private temporary directory.
+      - Runs without a shell, bounded by O(check_timeout). In check mode it runs on a copy in a
+        private temporary directory.
     type: str
   state_dir:
     description:
@@ -261,9 +270,27 @@ options:
         kinds, timestamp); C(records/<basename>-<hash>.orig) holds its original bytes.
         C(locks/<basename>-<hash>.lock) serialises concurrent runs on that file. C(<hash>) is the
         first 16 hex digits of the sha256 of the file's real path.
-      - Created with mode 0700 on first use (not in check mode).
+      - Created with mode 0700 on first use (not in check mode). C(journal/txn-<time>.json) is
+        the journal of a run in progress (see above).
+      - A record is never overwritten or deleted by a run that did not write it, except by
+        O(state=absent) putting its original bytes back. When a file changed since the module
+        wrote it and is patched again, the old record is first copied to
+        C(records/<basename>-<hash>.superseded-<time>.json) and C(.orig).
     type: path
     default: /var/lib/gpuserve/python_patch
+  check_timeout:
+    description:
+      - Seconds the compile check, each O(validate) command and the O(import_check) may run.
+        Each runs in its own process group, which is killed whole when the time is up; the run
+        then fails naming the command and the limit, and every file is put back.
+    type: int
+    default: 600
+  lock_timeout:
+    description:
+      - Seconds to wait for the lock of a file held by another run, which the failure then
+        names (pid and start time). Should exceed O(check_timeout).
+    type: int
+    default: 900
 notes:
   - The engine that locates and verifies edits lives in the collection's private
     C(module_utils/_pyedit.py); file handling in C(module_utils/_patchfiles.py).
@@ -345,6 +372,14 @@ changed:
   returned: always
   type: bool
   sample: true
+recovered:
+  description:
+    - One sentence per unfinished run (killed before its end) that this run rolled back before
+      doing its own work; empty when there was none.
+  returned: always
+  type: list
+  elements: str
+  sample: ["rolled back an unfinished run (pid 4242, started 2026-11-30T15:00:00Z, killed or failed before its end): /srv/a.py, /srv/b.py hold their bytes from before it again"]
 files:
   description: One entry per file, in the order given.
   returned: always
@@ -437,6 +472,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _patchfiles as pf
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _patchtxn as px
 from ansible_collections.gpuserve.vllm.plugins.module_utils._pyedit import (
     EDIT_KINDS,
     ON_CONFLICT_CHOICES,
@@ -456,7 +492,7 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._pyedit import (
 )
 
 # Compiles every file given on stdin (JSON list of [name, base64 bytes]) in memory; prints the
-# SyntaxErrors as JSON. Runs under the target interpreter, which may be any Python 3.
+# interpreter's version and the SyntaxErrors as JSON. Runs under the target interpreter.
 _COMPILE_SCRIPT = r"""
 import base64, json, sys
 errors = []
@@ -468,7 +504,7 @@ for name, data in json.load(sys.stdin):
                        "offset": exc.offset, "text": (exc.text or "").rstrip("\r\n")})
     except (ValueError, TypeError) as exc:
         errors.append({"path": name, "msg": str(exc), "lineno": None, "offset": None, "text": ""})
-sys.stdout.write(json.dumps(errors))
+sys.stdout.write(json.dumps({"version": "%d.%d.%d" % sys.version_info[:3], "errors": errors}))
 """
 
 # Imports the modules named in argv; on failure prints which one and the traceback, exits 1.
@@ -481,7 +517,6 @@ for name in sys.argv[1:]:
         sys.stderr.write("import %s failed:\n%s" % (name, traceback.format_exc()))
         raise SystemExit(1)
 """
-
 
 def _edit_suboptions() -> t.Dict[str, t.Any]:
     """Argument spec of one edit: its kind key is validated here, its semantics by the engine."""
@@ -540,6 +575,8 @@ def argument_spec() -> t.Dict[str, t.Any]:
         "backup_dir": {"type": "path"},
         "validate": {"type": "str"},
         "state_dir": {"type": "path", "default": "/var/lib/gpuserve/python_patch"},
+        "check_timeout": {"type": "int", "default": 600},
+        "lock_timeout": {"type": "int", "default": 900},
     }
 
 
@@ -550,6 +587,7 @@ def _strip_none(value: t.Any) -> t.Any:
     if isinstance(value, list):
         return [_strip_none(v) for v in value]
     return value
+
 
 
 class PatchFailed(Exception):
@@ -578,13 +616,10 @@ class FileJob:
         self.results: t.List[t.Dict[str, str]] = []
         self.record: pf.Record | None = None
         self.replaced_since = False
-        # ("save", original bytes, edit list) | ("delete",) | None
+        # ("save", original bytes, edit list, supersede) | ("delete",) | None
         self.record_action: t.Tuple[t.Any, ...] | None = None
-        self.record_snapshot: pf.RecordSnapshot | None = None
         self.record_out: str | None = None
-        self.tmp: str | None = None
-        self.backup_file: str | None = None
-        self.written = False
+        self.change: px.Change | None = None
 
     @property
     def changed(self) -> bool:
@@ -596,11 +631,15 @@ class FileJob:
             "changed": self.changed,
             "sha256_before": pf.sha256_bytes(self.before) if self.exists else None,
             "sha256_after": pf.sha256_bytes(self.after) if self.exists else None,
-            "backup_file": self.backup_file,
+            "backup_file": self.change.backup if self.change else None,
             "record": self.record_out,
             "replaced_since": self.replaced_since,
             "edits": self.results,
         }
+
+
+def _python_version() -> str:
+    return "%d.%d.%d" % sys.version_info[:3]
 
 
 class PythonPatch:
@@ -612,7 +651,9 @@ class PythonPatch:
         self.state: str = params["state"]
         self.state_dir: str = params["state_dir"]
         self.python: str = params["python"] or sys.executable
+        self.timeout: int = params["check_timeout"]
         self.check = module.check_mode
+        self.recovered: t.List[str] = []
         if params["files"] is not None:
             specs = [(f["path"], f.get("edits") or []) for f in params["files"]]
         else:
@@ -643,8 +684,12 @@ class PythonPatch:
             return
         if not os.path.isfile(job.real):
             raise PatchFailed("%s is not a regular file" % job.path, file=job.path)
-        job.stat = os.stat(job.real)
-        job.before = pf.read_bytes(job.real)
+        try:
+            job.stat = os.stat(job.real)
+            job.before = pf.read_bytes(job.real)
+        except OSError as exc:
+            raise PatchFailed("read %s: %s" % (job.path, exc.strerror or exc),
+                              file=job.path) from exc
         job.after = job.before
         job.exists = True
 
@@ -655,7 +700,8 @@ class PythonPatch:
             patch = apply_edits(text, job.edits, path=job.path)
         except SourceSyntaxError as exc:
             raise PatchFailed(
-                "%s (refused; nothing was written)" % exc, file=job.path,
+                "%s (refused; nothing was written)%s" % (exc, self._newer_syntax(job, exc)),
+                file=job.path,
                 syntax_error={"lineno": getattr(exc, "lineno", None),
                               "offset": getattr(exc, "offset", None),
                               "line": getattr(exc, "line", None)}) from exc
@@ -665,8 +711,36 @@ class PythonPatch:
         new = job.before
         if patch.changed:
             # Re-encode only when something changed, so untouched files stay byte-identical.
-            new = encode_source(patch.source, encoding)
+            try:
+                new = encode_source(patch.source, encoding)
+            except UnicodeEncodeError as exc:
+                bad = exc.object[exc.start:exc.end]
+                ids = [e.id for e, raw in zip(job.edits, job.raw_edits) if bad in json.dumps(
+                    raw, ensure_ascii=False)] or [r.id for r in patch.results
+                                                  if r.status == STATUS_APPLIED]
+                raise PatchFailed(
+                    "%s: edit %s adds %r, which the file's encoding %s (its coding cookie or "
+                    "the default utf-8) cannot encode; write it as an escape (for example %s) or "
+                    "change the edit; nothing was written"
+                    % (job.path, ", ".join(repr(i) for i in ids), bad, encoding,
+                       bad.encode("ascii", "backslashreplace").decode("ascii")),
+                    file=job.path, edit_id=ids[0] if ids else None) from exc
         return new, list(patch.results)
+
+    def _newer_syntax(self, job: FileJob, exc: SourceSyntaxError) -> str:
+        """When the target interpreter compiles what ours cannot parse, say so and what to do."""
+        if exc.lineno is None or os.path.realpath(self.python) == os.path.realpath(sys.executable):
+            return ""
+        try:
+            version, errors = self._compile([job.real], [job.before])
+        except PatchFailed:
+            return ""
+        if errors:
+            return ""
+        return ("; the file uses syntax newer than Python %s, which runs this module (%s), but "
+                "compiles with Python %s (the `python` option, %s): run the module with "
+                "ansible_python_interpreter set to Python %s or newer"
+                % (_python_version(), sys.executable, version, self.python, version))
 
     def _compute_present(self, job: FileJob) -> None:
         if not job.exists:
@@ -678,6 +752,8 @@ class PythonPatch:
         record = job.record
         if record is not None and record.sha256_written != current:
             job.replaced_since = True
+        if record is not None:
+            job.record_out = record.json_path
         if job.changed:
             # The record lists the edits this module applied since the original: the earlier
             # ones (when the file is still ours) plus those applied now.
@@ -688,22 +764,19 @@ class PythonPatch:
                 kept = [e for e in record.edits if e["id"] not in now]
             else:
                 original, kept = job.before, []
-            edits = kept + applied
-            job.record_action = ("save", original, edits)
+            job.record_action = ("save", original, kept + applied, job.replaced_since)
             job.record_out = pf.record_paths(self.state_dir, job.real)[0]
-        elif record is not None and job.replaced_since:
-            # The file was replaced and already holds the edits: the old record describes
-            # bytes that are gone, so it is removed rather than kept misleading.
-            job.record_action = ("delete",)
-            self.module.warn("%s was replaced since python_patch changed it and already contains "
-                             "the edits; its stale record %s %s removed"
-                             % (job.path, record.json_path, "would be" if self.check else "was"))
-        elif record is not None:
-            job.record_out = record.json_path
-        if job.replaced_since and job.changed:
-            self.module.warn("%s was replaced since python_patch changed it (sha256 %s, record "
-                             "expected %s); the edits are applied to the new file and the record "
-                             "rewritten" % (job.path, current, record.sha256_written))
+        if job.replaced_since and record is not None:
+            # Never drop a record this run did not write: it holds the only pristine bytes.
+            what = ("the edits are applied to the new file; the record is rewritten and the "
+                    "old one kept as %s.superseded-<time>.json/.orig"
+                    % record.json_path[:-len(".json")]) if job.changed else (
+                "it already contains the edits; the record is kept, so state=absent leaves "
+                "the file alone")
+            self.module.warn("%s was changed since python_patch wrote it (sha256 %s, record "
+                             "expected %s); %s. The bytes from before python_patch's change "
+                             "remain in %s" % (job.path, current, record.sha256_written, what,
+                                               record.orig_path))
 
     def _record_original(self, job: FileJob) -> bytes:
         if job.record is None:
@@ -730,10 +803,11 @@ class PythonPatch:
             job.replaced_since = True
             job.record_out = record.json_path
             why = ("no longer exists" if not job.exists else
-                   "was replaced since python_patch changed it (sha256 %s, record expected %s)"
+                   "was changed since python_patch wrote it (sha256 %s, record expected %s)"
                    % (current, record.sha256_written))
-            self.module.warn("%s %s; it is left alone. The original bytes remain in %s"
-                             % (job.path, why, record.orig_path))
+            self.module.warn("%s %s; refusing to put back the bytes from before python_patch's "
+                             "change over it. They remain in %s (copy them back by hand if "
+                             "that is what you want)" % (job.path, why, record.orig_path))
             job.results = [{"id": e["id"], "kind": e["kind"], "status": STATUS_SKIPPED,
                             "detail": "not reverted: the file %s" % why} for e in record.edits]
             return
@@ -758,33 +832,45 @@ class PythonPatch:
             job.results.append({"id": res.id, "kind": res.kind, "status": status,
                                 "detail": detail})
 
-    # ---- phase 2: checks on the new bytes (no writes to targets) ---------------------------
+    # ---- phase 2: checks on the new bytes, each bounded by check_timeout ------------------
 
     def _require_python(self) -> None:
-        found = shutil.which(self.python)
-        if found is None:
+        if shutil.which(self.python) is None:
             raise PatchFailed("python %s (the interpreter for the compile and import checks) is "
                               "not an executable file; set python to the environment's "
                               "interpreter; nothing was written" % self.python)
 
-    def _compile_check(self, jobs: t.List[FileJob]) -> None:
+    def _run(self, what: str, argv: t.List[str], data: bytes | None = None) -> t.Tuple[int, str, str]:
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        try:
+            rc, out, err = px.run_bounded(argv, self.timeout, data=data, env=env, cwd="/")
+        except OSError as exc:
+            raise PatchFailed("%s: cannot run %s: %s" % (what, argv[0], exc)) from exc
+        if rc is None:
+            shown = " ".join(argv) if len(" ".join(argv)) < 300 else argv[0] + " ..."
+            raise PatchFailed("%s did not finish within %s s (check_timeout): its process group "
+                              "was killed; command: %s" % (what, self.timeout, shown),
+                              timed_out=True, command=argv)
+        return rc, out, err
+
+    def _compile(self, names: t.List[str], datas: t.List[bytes]) -> t.Tuple[str, t.List[t.Any]]:
         self._require_python()
-        payload = json.dumps([[j.real, base64.b64encode(j.after).decode("ascii")] for j in jobs])
+        payload = json.dumps([[n, base64.b64encode(d).decode("ascii")]
+                              for n, d in zip(names, datas)]).encode("utf-8")
+        rc, out, err = self._run("the compile check with %s" % self.python,
+                                 [self.python, "-c", _COMPILE_SCRIPT], payload)
         try:
-            rc, out, err = self.module.run_command(
-                [self.python, "-c", _COMPILE_SCRIPT], data=payload,
-                environ_update={"PYTHONDONTWRITEBYTECODE": "1"}, cwd="/")
-        except OSError as exc:  # pragma: no cover - run_command reports most of these itself
-            raise PatchFailed("cannot run python %s for the compile check: %s"
-                              % (self.python, exc)) from exc
-        try:
-            errors = json.loads(out) if rc == 0 else None
+            found = json.loads(out) if rc == 0 else None
         except ValueError:
-            errors = None
-        if errors is None:
+            found = None
+        if found is None:
             raise PatchFailed("the compile check with %s did not run (rc=%s): %s; nothing was "
                               "written" % (self.python, rc, (err or out).strip()[-2000:]),
                               rc=rc, stdout=out, stderr=err)
+        return found["version"], found["errors"]
+
+    def _compile_check(self, jobs: t.List[FileJob]) -> None:
+        errors = self._compile([j.real for j in jobs], [j.after for j in jobs])[1]
         if errors:
             lines = []
             by_real = {j.real: j for j in jobs}
@@ -799,87 +885,134 @@ class PythonPatch:
 
     def _validate(self, job: FileJob, tmp: str) -> None:
         cmd = self.module.params["validate"] % tmp
-        rc, out, err = self.module.run_command(cmd)
+        rc, out, err = self._run("%s: validate command %r" % (job.path, cmd), px.split_command(cmd))
         if rc != 0:
             ids = ", ".join(r["id"] for r in job.results
                             if r["status"] in (STATUS_APPLIED, STATUS_REVERTED))
             raise PatchFailed(
-                "%s: validate command %r failed (rc=%s) on the new content (edits %s): %s; "
-                "nothing was written" % (job.path, cmd, rc, ids, (err or out).strip()[-2000:]),
+                "%s: validate command %r failed (rc=%s) on the new content (edits %s): %s"
+                % (job.path, cmd, rc, ids, (err or out).strip()[-2000:]),
                 file=job.path, rc=rc, stdout=out, stderr=err)
 
     def _import_check(self) -> None:
         names = self.module.params["import_check"]
-        rc, out, err = self.module.run_command(
-            [self.python, "-c", _IMPORT_SCRIPT] + list(names),
-            environ_update={"PYTHONDONTWRITEBYTECODE": "1"}, cwd="/")
+        rc, out, err = self._run("import_check with %s" % self.python,
+                                 [self.python, "-c", _IMPORT_SCRIPT] + list(names))
         if rc != 0:
             tail = "\n".join((err or out).strip().splitlines()[-6:])
             raise PatchFailed(
-                "import_check failed with %s after writing %s: %s; every file was put back"
-                % (self.python, ", ".join(j.path for j in self.jobs if j.written), tail),
+                "import_check failed with %s after writing %s: %s"
+                % (self.python, ", ".join(j.path for j in self.jobs if j.changed), tail),
                 rc=rc, stdout=out, stderr=err)
 
-    # ---- phase 3: writes, all or nothing ----------------------------------------------------
+    # ---- phase 3: writes, all or nothing (see _patchtxn) ----------------------------------
 
-    def _write_all(self, changed: t.List[FileJob]) -> None:
-        stamp = pf.backup_stamp()
+    def _transaction(self, changed: t.List[FileJob]) -> None:
         params = self.module.params
-        for job in changed:  # temp files next to their targets, validated before any rename
-            job.tmp = pf.write_temp(job.real, job.after, like=job.stat)
-            if params["validate"]:
-                self._validate(job, job.tmp)
-        if params["backup"]:
-            for job in changed:
-                job.backup_file = pf.backup(job.real, params["backup_dir"], stamp)
         for job in self.jobs:
-            if job.record_action is None:
-                continue
-            job.record_snapshot = pf.snapshot_record(self.state_dir, job.real)
-            if job.record_action[0] == "save":
-                original, edits = job.record_action[1], job.record_action[2]
-                pf.save_record(self.state_dir, job.real, original, job.after, edits)
-            else:
-                pf.delete_record(self.state_dir, job.real)
-        for job in changed:
-            pf.replace(t.cast(str, job.tmp), job.real)
-            job.tmp = None
-            job.written = True
-            pf.remove_stale_bytecode(job.real)
-
-    def _rollback(self) -> t.List[str]:
-        """Put every file and record back as it was; return what could not be restored."""
-        problems = []
-        for job in self.jobs:
-            pf.remove_quietly(job.tmp)
-            job.tmp = None
+            if job.changed or job.record_action is not None:
+                job.change = px.Change(job.real, job.before, job.after, job.stat,
+                                       job.record_action)
+        txn = px.Transaction(self.state_dir, [j.change for j in self.jobs if j.change],
+                             pf.backup_stamp())
+        by_real = {j.real: j for j in self.jobs}
+        try:
+            txn.prepare((lambda change, tmp: self._validate(by_real[change.real], tmp))
+                        if params["validate"] else None, params["backup_dir"], params["backup"])
+            txn.apply()
+            if changed and params["import_check"]:
+                self._import_check()
+            txn.commit()
+        except BaseException as exc:
             try:
-                if job.written:
-                    pf.atomic_write(job.real, job.before, like=job.stat)
-                    pf.remove_stale_bytecode(job.real)
-                    job.written = False
-                if job.record_snapshot is not None:
-                    pf.restore_record(self.state_dir, job.real, job.record_snapshot)
-                pf.remove_quietly(job.backup_file)
-                job.backup_file = None
-            except OSError as exc:
-                problems.append("%s: %s" % (job.path, exc))
-        return problems
+                problems = txn.rollback()
+            except (OSError, ValueError, pf.DiskError) as again:
+                problems = [str(again)]
+            if isinstance(exc, PatchFailed):
+                msg = exc.msg
+            elif isinstance(exc, (pf.DiskError, OSError)):
+                msg = "writing failed: %s" % exc
+            else:
+                raise
+            if problems:
+                msg += ("; putting back failed for: %s. The journal %s keeps what is needed; the "
+                        "next run on these files finishes putting them back"
+                        % ("; ".join(problems), txn.journal))
+            else:
+                msg += "; every file and record was put back, nothing was changed"
+            raise PatchFailed(msg, **(exc.extra if isinstance(exc, PatchFailed) else {})) from exc
+        for warning in txn.warnings:
+            self.module.warn(warning)
 
     # ---- the run ----------------------------------------------------------------------------
 
     def run(self) -> t.Dict[str, t.Any]:
         if self.check:  # check mode writes nothing, not even a lock file
+            self._warn_unfinished()
             return self._run_locked()
-        stack = contextlib.ExitStack()
+        paths = {j.real for j in self.jobs}
+        for _attempt in range(10):
+            with self._locks(paths):
+                extra = self._recover(paths)
+                if not extra:
+                    return self._run_locked()
+            paths |= extra  # an unfinished run touched other files too: lock them as well
+        raise PatchFailed("unfinished runs in %s keep touching more files; roll them back by "
+                          "hand" % os.path.join(self.state_dir, px.JOURNAL_SUBDIR))
+
+    @contextlib.contextmanager
+    def _locks(self, paths: t.Set[str]) -> t.Iterator[None]:
         try:
-            stack.enter_context(pf.locked(self.state_dir, [j.real for j in self.jobs]))
-        except OSError as exc:
-            stack.close()
+            with pf.phase("state_dir", self.state_dir):
+                pf._makedirs(self.state_dir)  # pylint: disable=protected-access
+            with pf.locked(self.state_dir, paths, self.module.params["lock_timeout"]):
+                yield
+        except pf.LockTimeout as exc:
+            raise PatchFailed("%s (lock_timeout); nothing was written" % exc) from exc
+        except pf.DiskError as exc:
             raise PatchFailed("cannot take the lock in state_dir %s: %s (set state_dir to a "
                               "writable directory)" % (self.state_dir, exc)) from exc
-        with stack:
-            return self._run_locked()
+
+    def _unfinished(self, paths: t.Set[str]) -> t.Dict[str, t.Set[str]]:
+        try:
+            found = px.journal_files(self.state_dir)
+        except (ValueError, KeyError, pf.DiskError) as exc:
+            raise PatchFailed("cannot read the journal of an unfinished run: %s; nothing was "
+                              "written" % exc) from exc
+        return {path: files for path, files in found.items() if files & paths}
+
+    def _warn_unfinished(self) -> None:
+        for journal in self._unfinished({j.real for j in self.jobs}):
+            self.module.warn("an unfinished run left %s; the next run (not in check mode) rolls "
+                             "it back first, which this prediction does not include" % journal)
+
+    def _recover(self, paths: t.Set[str]) -> t.Set[str]:
+        """Roll back unfinished runs on our (locked) files; return files we must lock first."""
+        found = self._unfinished(paths)
+        extra = set().union(*found.values()) - paths if found else set()
+        if extra:
+            return extra
+        for journal in found:
+            data, problems = px.rollback_journal(self.state_dir, journal)
+            if problems:
+                raise PatchFailed("an unfinished run (pid %s, started %s) left %s; rolling it "
+                                  "back failed for: %s; nothing else was done"
+                                  % (data.get("pid"), data.get("started"), journal,
+                                     "; ".join(problems)))
+            note = ("rolled back an unfinished run (pid %s, started %s, killed or failed before "
+                    "its end): %s hold their bytes from before it again"
+                    % (data.get("pid"), data.get("started"),
+                       ", ".join(f["path"] for f in data["files"])))
+            self.recovered.append(note)
+            self.module.warn(note)
+        strays = px.dead_journal_temps(self.state_dir)
+        for real in paths:  # temp files of a run killed before it wrote its journal
+            strays += pf.stray_temps(real)
+            strays += [p for r in pf.record_paths(self.state_dir, real) for p in pf.stray_temps(r)]
+        for stray in strays:
+            with contextlib.suppress(OSError):
+                os.unlink(stray)
+        return set()
 
     def _run_locked(self) -> t.Dict[str, t.Any]:
         for job in self.jobs:
@@ -894,26 +1027,12 @@ class PythonPatch:
             self._compile_check(changed)
         if self.check:
             self._check_mode_validate(changed)
-        else:
-            try:
-                self._write_all(changed)
-                if changed and self.module.params["import_check"]:
-                    self._import_check()
-            except BaseException as exc:
-                problems = self._rollback()
-                msg = exc.msg if isinstance(exc, PatchFailed) else (
-                    "writing failed: %s; every file was put back" % exc)
-                if problems:
-                    msg += "; AND putting back failed for: %s" % "; ".join(problems)
-                if isinstance(exc, PatchFailed):
-                    exc.msg = msg
-                    raise
-                if isinstance(exc, OSError):
-                    raise PatchFailed(msg) from exc
-                raise
+        elif changed or any(j.record_action for j in self.jobs):
+            self._transaction(changed)
         result: t.Dict[str, t.Any] = {
             "changed": bool(changed),
             "files": [j.result() for j in self.jobs],
+            "recovered": self.recovered,
         }
         if self.module._diff:  # pylint: disable=protected-access
             result["diff"] = [self._diff(j) for j in changed]
