@@ -700,7 +700,7 @@ class PythonPatch:
             patch = apply_edits(text, job.edits, path=job.path)
         except SourceSyntaxError as exc:
             raise PatchFailed(
-                "%s (refused; nothing was written)%s" % (exc, self._newer_syntax(job, exc)),
+                self._newer_syntax(job, exc) or "%s (refused; nothing was written)" % exc,
                 file=job.path,
                 syntax_error={"lineno": getattr(exc, "lineno", None),
                               "offset": getattr(exc, "offset", None),
@@ -737,10 +737,12 @@ class PythonPatch:
             return ""
         if errors:
             return ""
-        return ("; the file uses syntax newer than Python %s, which runs this module (%s), but "
-                "compiles with Python %s (the `python` option, %s): run the module with "
-                "ansible_python_interpreter set to Python %s or newer"
-                % (_python_version(), sys.executable, version, self.python, version))
+        return ("%s: uses syntax newer than Python %s, which runs this module (%s) and cannot "
+                "parse line %s (%r); Python %s (the `python` option, %s) compiles it. Run the "
+                "module with ansible_python_interpreter set to Python %s or newer, for example "
+                "the `python` option's interpreter (refused; nothing was written)"
+                % (job.path, _python_version(), sys.executable, exc.lineno,
+                   (exc.line or "").strip(), version, self.python, version))
 
     def _compute_present(self, job: FileJob) -> None:
         if not job.exists:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import typing as t
 from pathlib import Path
 
@@ -159,3 +161,35 @@ def test_killed_at_every_step(tmp_path: Path, scenario: str, call: str) -> None:
     else:
         pytest.fail("the run was still killed at step 59")
     assert kills >= (4 if call == "rename" else 1)  # the seam really hit the run
+
+
+def test_a_check_that_never_completed_runs_again(tmp_path: Path) -> None:
+    """Killed while import_check runs: the next run must not accept the unchecked files."""
+    node = Node(tmp_path)
+    node.env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    marker = tmp_path / "importing"
+    (node.pkg / "slow.py").write_text("import os, time\nopen(%r, 'w').write(str(os.getpid()))\n"
+                                      "time.sleep(60)\n" % str(marker))
+    (node.pkg / "bad.py").write_text("raise ImportError('still broken')\n")
+    args = node.args(BOTH)
+    data = json.loads(args.read_text())
+    data["ANSIBLE_MODULE_ARGS"]["import_check"] = ["pkg.slow"]
+    args.write_text(json.dumps(data))
+    with subprocess.Popen([sys.executable, "-m", MODULE, str(args)], env=node.env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.kill()
+    checker = int(marker.read_text())
+    os.kill(checker, signal.SIGKILL)  # orphaned by the kill, as on a real node
+    assert node.files() == _patched(node, BOTH)  # written, never checked
+    data["ANSIBLE_MODULE_ARGS"]["import_check"] = ["pkg.bad"]
+    args.write_text(json.dumps(data))
+    failed = node.run(args)
+    assert failed.get("failed") is True and "still broken" in failed["msg"], failed
+    assert node.files() == node.pristine
+    data["ANSIBLE_MODULE_ARGS"]["import_check"] = ["pkg.a"]
+    args.write_text(json.dumps(data))
+    good = _ok(node.run(args))
+    assert good["changed"] is True and node.files() == _patched(node, BOTH)
