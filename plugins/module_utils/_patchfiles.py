@@ -395,33 +395,3 @@ def delete_record(state_dir: str, real_path: str) -> None:
     json_path, orig_path = record_paths(state_dir, real_path)
     remove_quietly(json_path)
     remove_quietly(orig_path)
-
-
-class RecordSnapshot(t.NamedTuple):
-    """A record's two files as bytes (None = absent), to undo a record change on rollback."""
-
-    json_bytes: bytes | None
-    orig_bytes: bytes | None
-
-
-def snapshot_record(state_dir: str, real_path: str) -> RecordSnapshot:
-    """Current bytes of the record files, for restore_record."""
-    out = []
-    for path in record_paths(state_dir, real_path):
-        try:
-            out.append(read_bytes(path))
-        except FileNotFoundError:
-            out.append(None)
-    return RecordSnapshot(*out)
-
-
-def restore_record(state_dir: str, real_path: str, snap: RecordSnapshot) -> None:
-    """Put the record files back exactly as snapshot_record saw them."""
-    json_path, orig_path = record_paths(state_dir, real_path)
-    for path, data in ((orig_path, snap.orig_bytes), (json_path, snap.json_bytes)):
-        if data is None:
-            remove_quietly(path)
-        else:
-            _makedirs(os.path.dirname(path))
-            atomic_write(path, data)
-            os.chmod(path, 0o600)

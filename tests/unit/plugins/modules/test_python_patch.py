@@ -341,13 +341,16 @@ def test_upgrade_replaces_the_file(env: Env) -> None:
     assert absent["changed"] is False and not absent.get("failed"), absent
     assert absent["files"][0]["replaced_since"] is True
     assert statuses(absent) == ["skipped"] * 5
-    assert any("replaced since" in w for w in absent.get("warnings", []))
+    assert any("changed since" in w and ".orig" in w for w in absent.get("warnings", []))
     # present treats the new file as the original and rewrites the record.
     assert present["changed"] is True and statuses(present) == ["applied"] * 5
     assert present["files"][0]["replaced_since"] is True
     record = json.loads(Path(present["files"][0]["record"]).read_text())
     assert record["sha256_original"] == sha(upgraded.encode())
     assert record["sha256_written"] == sha(target.read_bytes())
+    # The first original is not lost: the old record was kept as a superseded copy.
+    [old] = (env.state / "records").glob("*.superseded-*.orig")
+    assert old.read_text() == ORIGINAL
     # so absent now restores the upgraded bytes, not the first original.
     [absent2] = env.play(task(dict(args, state="absent")))
     assert absent2["changed"] is True and statuses(absent2) == ["reverted"] * 5
