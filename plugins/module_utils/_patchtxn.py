@@ -15,6 +15,7 @@ the next run too.
 from __future__ import annotations
 
 import base64
+import errno
 import glob
 import json
 import os
@@ -94,8 +95,19 @@ def dead_journal_temps(state_dir: str) -> t.List[str]:
 
 
 def journal_files(state_dir: str) -> t.Dict[str, t.Set[str]]:
-    """{journal path: the real paths it touches} for every unfinished run."""
-    return {path: {f["path"] for f in read_journal(path)["files"]} for path in journals(state_dir)}
+    """{journal path: the real paths it touches} for every unfinished run.
+
+    A journal that vanishes while being listed belongs to a run on other files that just
+    committed; it is skipped.
+    """
+    found = {}
+    for path in journals(state_dir):
+        try:
+            found[path] = {f["path"] for f in read_journal(path)["files"]}
+        except pf.DiskError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+    return found
 
 
 class Transaction:

@@ -293,7 +293,9 @@ options:
     default: 900
 notes:
   - The engine that locates and verifies edits lives in the collection's private
-    C(module_utils/_pyedit.py); file handling in C(module_utils/_patchfiles.py).
+    C(module_utils/_pyedit); the run in C(module_utils/_patchrun.py) (per-file planning in
+    C(_patchplan.py), checks in C(_patchcheck.py)), the transaction and journal in
+    C(_patchtxn.py), records, locks and atomic writes in C(_patchfiles.py).
   - 'To find the record of a file, run C(grep -l "/the/file.py" <state_dir>/records/*.json).'
   - SELinux contexts are not managed; the rename keeps the directory's default context.
 seealso:

@@ -101,3 +101,13 @@ def test_run_bounded(code: str, data: bytes | None, rc: int | None, out: str) ->
     got = px.run_bounded([sys.executable, "-c", code], 1.5, data=data)
     assert got[:2] == (rc, out)
     assert time.monotonic() - started < 15
+
+
+def test_a_journal_that_vanishes_while_listed_is_skipped(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    txn, _paths = _txn(tmp_path, ["a.py"])
+    txn.prepare(None, None, backup=False)
+    gone = str(tmp_path / "state" / px.JOURNAL_SUBDIR / "txn-committed-meanwhile.json")
+    real = px.journals
+    monkeypatch.setattr(px, "journals", lambda state_dir: real(state_dir) + [gone])
+    assert list(px.journal_files(str(tmp_path / "state"))) == [txn.journal]
