@@ -193,7 +193,7 @@ def write_temp(target: str, data: bytes, *, like: os.stat_result | None = None,
                             warnings.append(
                                 "%s: its owner %d:%d could not be kept (running as uid %d); it "
                                 "is now owned by %d:%d" % (target, like.st_uid, like.st_gid,
-                                                          os.geteuid(), now.st_uid, now.st_gid))
+                                                           os.geteuid(), now.st_uid, now.st_gid))
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -182,9 +182,9 @@ class Plan:
                 "it already contains the edits; the record is kept, so state=absent leaves "
                 "the file alone")
             self.warn("%s was changed since python_patch wrote it (sha256 %s, record "
-                             "expected %s); %s. The bytes from before python_patch's change "
-                             "remain in %s" % (job.path, current, record.sha256_written, what,
-                                               record.orig_path))
+                      "expected %s); %s. The bytes from before python_patch's change "
+                      "remain in %s" % (job.path, current, record.sha256_written, what,
+                                        record.orig_path))
 
     def _record_original(self, job: FileJob) -> bytes:
         if job.record is None:
@@ -214,8 +214,8 @@ class Plan:
                    "was changed since python_patch wrote it (sha256 %s, record expected %s)"
                    % (current, record.sha256_written))
             self.warn("%s %s; refusing to put back the bytes from before python_patch's "
-                             "change over it. They remain in %s (copy them back by hand if "
-                             "that is what you want)" % (job.path, why, record.orig_path))
+                      "change over it. They remain in %s (copy them back by hand if "
+                      "that is what you want)" % (job.path, why, record.orig_path))
             job.results = [{"id": e["id"], "kind": e["kind"], "status": STATUS_SKIPPED,
                             "detail": "not reverted: the file %s" % why} for e in record.edits]
             return

@@ -121,7 +121,7 @@ class PythonPatch(Plan, Checks):
     def _warn_unfinished(self) -> None:
         for journal in self._unfinished({j.real for j in self.jobs}):
             self.warn("an unfinished run left %s; the next run (not in check mode) rolls "
-                             "it back first, which this prediction does not include" % journal)
+                      "it back first, which this prediction does not include" % journal)
 
     def _recover(self, paths: t.Set[str]) -> t.Set[str]:
         """Roll back unfinished runs on our (locked) files; return files we must lock first."""

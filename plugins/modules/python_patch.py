@@ -381,7 +381,9 @@ recovered:
   returned: always
   type: list
   elements: str
-  sample: ["rolled back an unfinished run (pid 4242, started 2026-11-30T15:00:00Z, killed or failed before its end): /srv/a.py, /srv/b.py hold their bytes from before it again"]
+  sample:
+    - "rolled back an unfinished run (pid 4242, started 2026-11-30T15:00:00Z, killed or failed
+      before its end): /srv/a.py, /srv/b.py hold their bytes from before it again"
 files:
   description: One entry per file, in the order given.
   returned: always
