@@ -232,7 +232,7 @@ def test_newer_syntax_names_both_versions_and_the_python_option(node: Node) -> N
 
 
 def test_owner_that_cannot_be_kept_is_a_warning(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "f.py"
     target.write_text("x")
     like = os.stat_result((0o100644, 0, 0, 1, os.geteuid() + 1, os.getegid() + 1, 1, 0, 0, 0))
