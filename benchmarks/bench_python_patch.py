@@ -118,6 +118,8 @@ def main() -> None:
         from ansible.module_utils import basic
         # pylint: disable-next=import-outside-toplevel
         from ansible_collections.gpuserve.vllm.plugins.modules import python_patch as pp
+        # pylint: disable-next=import-outside-toplevel
+        from ansible_collections.gpuserve.vllm.plugins.module_utils._patchrun import PythonPatch
 
         # What ansible's module wrapper hands the module (2.19: arguments plus a JSON profile).
         basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()  # pylint: disable=protected-access
@@ -127,7 +129,7 @@ def main() -> None:
                                          supports_check_mode=True)
 
         def in_process() -> None:
-            result = pp.PythonPatch(module).run()
+            result = PythonPatch(module.params, check=False, diff=False, warn=module.warn).run()
             if result["changed"]:
                 sys.exit("the in-process run was not a no-change run")
 

@@ -12,7 +12,12 @@ Revert records live in ``<state_dir>/records/``, one pair per patched file:
 * ``<basename>-<key>.orig``: the exact bytes that were there before the module changed the file.
 
 ``<key>`` is the first 16 hex digits of the sha256 of the file's real path, so one file always
-maps to one record. Locks are ``<state_dir>/locks/<basename>-<key>.lock`` (fcntl.flock).
+maps to one record. Locks are ``<state_dir>/locks/<basename>-<key>.lock`` (fcntl.flock); the
+holder writes its pid and start time into it so a waiting run can name it.
+
+A record is never overwritten or deleted by a run that did not write it, except when state=absent
+puts its original bytes back: a run that must describe a new original first copies the current
+pair to ``<basename>-<key>.superseded-<stamp>.json`` / ``.orig`` (see superseded_records).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 import typing as t
 
 RECORD_FORMAT = 1
@@ -57,21 +63,77 @@ def lock_path(state_dir: str, real_path: str) -> str:
     return os.path.join(state_dir, LOCKS_SUBDIR, record_stem(real_path) + ".lock")
 
 
-def _makedirs(path: str) -> None:
-    os.makedirs(path, mode=0o700, exist_ok=True)
+class DiskError(Exception):
+    """An OSError with the phase and the path it happened on, e.g. 'replace /x.py: [Errno 28] ...'."""
+
+    def __init__(self, phase_name: str, path: str, exc: OSError) -> None:
+        super().__init__("%s %s: %s" % (phase_name, path, exc.strerror or exc))
+        self.phase = phase_name
+        self.path = path
+        self.errno = exc.errno
 
 
 @contextlib.contextmanager
-def locked(state_dir: str, real_paths: t.Iterable[str]) -> t.Iterator[None]:
-    """Hold exclusive flocks on every path, taken in sorted order so runs cannot deadlock."""
+def phase(name: str, path: str) -> t.Iterator[None]:
+    """Turn an OSError raised inside into a DiskError naming the phase and the path."""
+    try:
+        yield
+    except OSError as exc:
+        raise DiskError(name, path, exc) from exc
+
+
+def _makedirs(path: str) -> None:
+    """Create path and its missing parents with mode 0700 (umask does not widen or narrow it)."""
+    missing = []
+    head = os.path.abspath(path)
+    while not os.path.isdir(head):
+        missing.append(head)
+        head = os.path.dirname(head)
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o700)
+            os.chmod(folder, 0o700)
+
+
+class LockTimeout(Exception):
+    """The lock of a file stayed held longer than allowed; the message names the holder."""
+
+
+def _holder(handle: t.IO[str]) -> str:
+    handle.seek(0)
+    return handle.read().strip() or "a process that has not written its pid yet"
+
+
+@contextlib.contextmanager
+def locked(state_dir: str, real_paths: t.Iterable[str],
+           timeout: float | None = None) -> t.Iterator[None]:
+    """Hold exclusive flocks on every path, taken in sorted order so runs cannot deadlock.
+
+    Waits at most ``timeout`` seconds in all (None: forever), then raises LockTimeout naming
+    the lock file and its holder ('pid N, started T'), which each holder writes into it.
+    """
     handles: t.List[t.IO[str]] = []
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
         for real_path in sorted(set(real_paths)):
             lock = lock_path(state_dir, real_path)
-            _makedirs(os.path.dirname(lock))
-            handle = open(lock, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+            with phase("lock", lock):
+                _makedirs(os.path.dirname(lock))
+                handle = open(lock, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
             handles.append(handle)
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            while True:
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise LockTimeout("the lock %s of %s is still held after %s s by %s"
+                                          % (lock, real_path, timeout, _holder(handle))) from None
+                    time.sleep(0.05)
+            with phase("lock", lock):
+                handle.truncate(0)
+                handle.write("pid %d, started %s\n" % (os.getpid(), timestamp()))
+                handle.flush()
         yield
     finally:
         for handle in reversed(handles):
@@ -101,12 +163,13 @@ def _fsync_dir(directory: str) -> None:
 
 
 def write_temp(target: str, data: bytes, *, like: os.stat_result | None = None,
-               directory: str | None = None) -> str:
+               directory: str | None = None, warnings: t.List[str] | None = None) -> str:
     """Write data to a new temp file (fsynced) and return its path.
 
     By default the temp file sits next to target so a later os.replace is atomic. Mode and
     owner are copied from ``like`` (the stat of the file being replaced) so the rename keeps
-    them. ``directory`` overrides the location (check mode uses a private tempdir).
+    them; when the owner cannot be kept (not root), a sentence saying so goes to ``warnings``.
+    ``directory`` overrides the location (check mode uses a private tempdir).
     """
     folder = directory if directory is not None else (os.path.dirname(target) or ".")
     fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(target), suffix=".tmp",
@@ -125,6 +188,12 @@ def write_temp(target: str, data: bytes, *, like: os.stat_result | None = None,
                         # Not root: keep what we can (the group, when we belong to it).
                         with contextlib.suppress(PermissionError):
                             os.fchown(handle.fileno(), -1, like.st_gid)
+                        now = os.fstat(handle.fileno())
+                        if warnings is not None:
+                            warnings.append(
+                                "%s: its owner %d:%d could not be kept (running as uid %d); it "
+                                "is now owned by %d:%d" % (target, like.st_uid, like.st_gid,
+                                                           os.geteuid(), now.st_uid, now.st_gid))
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -138,12 +207,33 @@ def replace(tmp: str, target: str) -> None:
     _fsync_dir(os.path.dirname(target) or ".")
 
 
-def atomic_write(target: str, data: bytes, *, like: os.stat_result | None = None) -> None:
+def atomic_write(target: str, data: bytes, *, like: os.stat_result | None = None,
+                 warnings: t.List[str] | None = None) -> None:
     """write_temp + replace: readers see either the old or the new bytes, never a mix."""
     if like is None:
         with contextlib.suppress(FileNotFoundError):
             like = os.stat(target)
-    replace(write_temp(target, data, like=like), target)
+    tmp = write_temp(target, data, like=like, warnings=warnings)
+    try:
+        replace(tmp, target)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
+_TEMP_TAIL = re.compile(r"\.[a-z0-9_]{8}\.tmp\Z")
+
+
+def stray_temps(path: str) -> t.List[str]:
+    """Temp files write_temp made for path ('.<name>.<8 random>.tmp') that a killed run left."""
+    folder, name = os.path.split(path)
+    prefix = "." + name
+    try:
+        entries = os.listdir(folder or ".")
+    except FileNotFoundError:
+        return []
+    return sorted(os.path.join(folder, e) for e in entries
+                  if e.startswith(prefix) and _TEMP_TAIL.match(e[len(prefix):]))
 
 
 def remove_quietly(path: str | None) -> None:
@@ -220,21 +310,53 @@ class Record(t.NamedTuple):
         return data
 
 
-def load_record(state_dir: str, real_path: str) -> Record | None:
-    """The record for real_path, or None when there is none."""
-    json_path, orig_path = record_paths(state_dir, real_path)
-    try:
-        with open(json_path, "r", encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        return None
-    if data.get("format") != RECORD_FORMAT or data.get("path") != real_path:
+def read_record(json_path: str, real_path: str | None = None) -> Record:
+    """The record stored in json_path (current or superseded); real_path, if given, must match."""
+    with open(json_path, "r", encoding="utf-8") as handle:
+        data = json.load(handle)
+    if data.get("format") != RECORD_FORMAT or (real_path is not None
+                                               and data.get("path") != real_path):
         raise ValueError("record %s is not a python_patch record (format %r) for %s"
                          % (json_path, RECORD_FORMAT, real_path))
+    orig_path = os.path.join(os.path.dirname(json_path), data.get("original") or
+                             os.path.basename(json_path)[:-len(".json")] + ".orig")
     return Record(path=data["path"], sha256_original=data["sha256_original"],
                   sha256_written=data["sha256_written"], edits=list(data.get("edits", [])),
                   timestamp=data.get("timestamp", ""), json_path=json_path,
                   orig_path=orig_path)
+
+
+def load_record(state_dir: str, real_path: str) -> Record | None:
+    """The current record for real_path, or None when there is none."""
+    try:
+        return read_record(record_paths(state_dir, real_path)[0], real_path)
+    except FileNotFoundError:
+        return None
+
+
+def superseded_records(state_dir: str, real_path: str) -> t.List[str]:
+    """JSON paths of real_path's superseded records, oldest first (their .orig files are kept)."""
+    base = os.path.join(state_dir, RECORDS_SUBDIR, glob.escape(record_stem(real_path)))
+    return sorted(glob.glob(base + ".superseded-*.json"))
+
+
+def supersede_record(state_dir: str, real_path: str, stamp: str) -> t.List[str]:
+    """Copy the current record pair to '<stem>.superseded-<stamp>.{json,orig}'; return the copies.
+
+    Called before a run writes a record describing a new original, so the bytes from before
+    python_patch's earlier change stay on disk (the copies are new files; nothing is renamed).
+    """
+    json_path, orig_path = record_paths(state_dir, real_path)
+    base = json_path[:-len(".json")] + ".superseded-" + stamp
+    with open(json_path, "r", encoding="utf-8") as handle:
+        body = json.load(handle)
+    body["original"] = os.path.basename(base + ".orig")
+    body["superseded"] = timestamp()
+    atomic_write(base + ".orig", read_bytes(orig_path))
+    os.chmod(base + ".orig", 0o600)
+    atomic_write(base + ".json", (json.dumps(body, indent=2, sort_keys=True) + "\n").encode())
+    os.chmod(base + ".json", 0o600)
+    return [base + ".json", base + ".orig"]
 
 
 def save_record(state_dir: str, real_path: str, original: bytes, written: bytes,
@@ -246,8 +368,13 @@ def save_record(state_dir: str, real_path: str, original: bytes, written: bytes,
                     sha256_written=sha256_bytes(written),
                     edits=[{"id": str(e["id"]), "kind": str(e["kind"])} for e in edits],
                     timestamp=timestamp(), json_path=json_path, orig_path=orig_path)
-    atomic_write(orig_path, original, like=None)
-    os.chmod(orig_path, 0o600)
+    try:
+        kept = sha256_bytes(read_bytes(orig_path)) == record.sha256_original
+    except FileNotFoundError:
+        kept = False
+    if not kept:  # adding edits to a file still ours keeps the .orig file untouched
+        atomic_write(orig_path, original, like=None)
+        os.chmod(orig_path, 0o600)
     body = {
         "format": RECORD_FORMAT,
         "module": "gpuserve.vllm.python_patch",
@@ -268,33 +395,3 @@ def delete_record(state_dir: str, real_path: str) -> None:
     json_path, orig_path = record_paths(state_dir, real_path)
     remove_quietly(json_path)
     remove_quietly(orig_path)
-
-
-class RecordSnapshot(t.NamedTuple):
-    """A record's two files as bytes (None = absent), to undo a record change on rollback."""
-
-    json_bytes: bytes | None
-    orig_bytes: bytes | None
-
-
-def snapshot_record(state_dir: str, real_path: str) -> RecordSnapshot:
-    """Current bytes of the record files, for restore_record."""
-    out = []
-    for path in record_paths(state_dir, real_path):
-        try:
-            out.append(read_bytes(path))
-        except FileNotFoundError:
-            out.append(None)
-    return RecordSnapshot(*out)
-
-
-def restore_record(state_dir: str, real_path: str, snap: RecordSnapshot) -> None:
-    """Put the record files back exactly as snapshot_record saw them."""
-    json_path, orig_path = record_paths(state_dir, real_path)
-    for path, data in ((orig_path, snap.orig_bytes), (json_path, snap.json_bytes)):
-        if data is None:
-            remove_quietly(path)
-        else:
-            _makedirs(os.path.dirname(path))
-            atomic_write(path, data)
-            os.chmod(path, 0o600)

@@ -23,6 +23,13 @@ description:
   - Several files given in O(files) are changed all-or-nothing. Every file is computed,
     compiled and validated before the first one is replaced; when O(import_check) fails after
     writing, every file is put back.
+  - Each run is a transaction under the files' locks. Before the first record change or
+    replacement, a journal under O(state_dir) (fsynced) holds the bytes before, the sha256 after,
+    the temporary files and the record files as they were. It is removed once every file is
+    written and checked. A run killed before that point (SIGKILL, power loss, Ansible timeout)
+    is rolled back by the next run on any of its files, before anything else, with a warning and
+    RV(recovered) saying so; a file whose O(import_check) never completed is thus patched and
+    checked again by that next run.
   - The module keeps, per file it changed, a record under O(state_dir) holding the original
     bytes, so O(state=absent) can put back exactly what was there before, and only when the
     file is still exactly what the module wrote.
@@ -205,13 +212,14 @@ options:
       - V(present) applies the edits.
       - V(absent) puts back the bytes from before the module changed the file, using the record
         in O(state_dir), but only when the file is still exactly what the module wrote. A file
-        replaced since (for example by a package upgrade) is left alone, reported with
-        C(replaced_since) and a warning; that is not a failure. Without a record there is
-        nothing to revert and nothing changes.
+        changed since (a package upgrade, a hand edit) is left alone, reported with
+        C(replaced_since) and a warning naming the C(.orig) file that keeps the original bytes;
+        that is not a failure. Without a record there is nothing to revert and nothing changes.
       - With O(state=present), a file whose record no longer matches (an upgrade replaced it)
-        is treated as the new original; the edits are applied to it and the record rewritten.
-        If the new file already contains every edit (a release that ships the change), the stale
-        record is removed with a warning and nothing is reported as changed.
+        is treated as the new original; the edits are applied to it, the old record is kept as a
+        superseded copy and a new one written. If the changed file already contains every edit
+        (a release that ships the change, a hand edit), the record is kept as it is, with a
+        warning, and nothing is reported as changed.
     type: str
     choices: [present, absent]
     default: present
@@ -231,7 +239,7 @@ options:
         last lines.
       - Runs only when a file changed, and not in check mode.
       - The process inherits the task's environment, so C(environment:) can set
-        C(PYTHONPATH) or CUDA variables for it.
+        C(PYTHONPATH) or CUDA variables for it. It is bounded by O(check_timeout).
     type: list
     elements: str
     default: []
@@ -252,7 +260,8 @@ options:
       - Command run on each changed file before it replaces the original, with C(%s) standing for
         the path of the temporary copy (whose name does not end in C(.py)). A non-zero exit fails
         the module and leaves every file as it was.
-      - Runs without a shell. In check mode it runs on a copy in a private temporary directory.
+      - Runs without a shell, bounded by O(check_timeout). In check mode it runs on a copy in a
+        private temporary directory.
     type: str
   state_dir:
     description:
@@ -261,12 +270,32 @@ options:
         kinds, timestamp); C(records/<basename>-<hash>.orig) holds its original bytes.
         C(locks/<basename>-<hash>.lock) serialises concurrent runs on that file. C(<hash>) is the
         first 16 hex digits of the sha256 of the file's real path.
-      - Created with mode 0700 on first use (not in check mode).
+      - Created with mode 0700 on first use (not in check mode). C(journal/txn-<time>.json) is
+        the journal of a run in progress (see above).
+      - A record is never overwritten or deleted by a run that did not write it, except by
+        O(state=absent) putting its original bytes back. When a file changed since the module
+        wrote it and is patched again, the old record is first copied to
+        C(records/<basename>-<hash>.superseded-<time>.json) and C(.orig).
     type: path
     default: /var/lib/gpuserve/python_patch
+  check_timeout:
+    description:
+      - Seconds the compile check, each O(validate) command and the O(import_check) may run.
+        Each runs in its own process group, which is killed whole when the time is up; the run
+        then fails naming the command and the limit, and every file is put back.
+    type: int
+    default: 600
+  lock_timeout:
+    description:
+      - Seconds to wait for the lock of a file held by another run, which the failure then
+        names (pid and start time). Should exceed O(check_timeout).
+    type: int
+    default: 900
 notes:
   - The engine that locates and verifies edits lives in the collection's private
-    C(module_utils/_pyedit.py); file handling in C(module_utils/_patchfiles.py).
+    C(module_utils/_pyedit); the run in C(module_utils/_patchrun.py) (per-file planning in
+    C(_patchplan.py), checks in C(_patchcheck.py)), the transaction and journal in
+    C(_patchtxn.py), records, locks and atomic writes in C(_patchfiles.py).
   - 'To find the record of a file, run C(grep -l "/the/file.py" <state_dir>/records/*.json).'
   - SELinux contexts are not managed; the rename keeps the directory's default context.
 seealso:
@@ -345,6 +374,16 @@ changed:
   returned: always
   type: bool
   sample: true
+recovered:
+  description:
+    - One sentence per unfinished run (killed before its end) that this run rolled back before
+      doing its own work; empty when there was none.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "rolled back an unfinished run (pid 4242, started 2026-11-30T15:00:00Z, killed or failed
+      before its end): /srv/a.py, /srv/b.py hold their bytes from before it again"
 files:
   description: One entry per file, in the order given.
   returned: always
@@ -425,62 +464,17 @@ files:
           detail: added SupportsEagle3 to the bases of class Model (line 12)
 """
 
-import base64
-import contextlib
-import json
-import os
-import shutil
-import sys
-import tempfile
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _patchfiles as pf
+from ansible_collections.gpuserve.vllm.plugins.module_utils._patchplan import PatchFailed
+from ansible_collections.gpuserve.vllm.plugins.module_utils._patchrun import PythonPatch
 from ansible_collections.gpuserve.vllm.plugins.module_utils._pyedit import (
     EDIT_KINDS,
     ON_CONFLICT_CHOICES,
-    STATUS_ALREADY,
-    STATUS_APPLIED,
-    STATUS_REVERTED,
-    STATUS_SKIPPED,
     WHEN_MISSING_CHOICES,
-    Edit,
-    PyEditError,
-    SourceSyntaxError,
-    apply_edits,
-    decode_source,
-    encode_source,
-    parse_edits,
-    unified_diff,
 )
-
-# Compiles every file given on stdin (JSON list of [name, base64 bytes]) in memory; prints the
-# SyntaxErrors as JSON. Runs under the target interpreter, which may be any Python 3.
-_COMPILE_SCRIPT = r"""
-import base64, json, sys
-errors = []
-for name, data in json.load(sys.stdin):
-    try:
-        compile(base64.b64decode(data), name, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        errors.append({"path": name, "msg": exc.msg, "lineno": exc.lineno,
-                       "offset": exc.offset, "text": (exc.text or "").rstrip("\r\n")})
-    except (ValueError, TypeError) as exc:
-        errors.append({"path": name, "msg": str(exc), "lineno": None, "offset": None, "text": ""})
-sys.stdout.write(json.dumps(errors))
-"""
-
-# Imports the modules named in argv; on failure prints which one and the traceback, exits 1.
-_IMPORT_SCRIPT = r"""
-import importlib, sys, traceback
-for name in sys.argv[1:]:
-    try:
-        importlib.import_module(name)
-    except BaseException:
-        sys.stderr.write("import %s failed:\n%s" % (name, traceback.format_exc()))
-        raise SystemExit(1)
-"""
 
 
 def _edit_suboptions() -> t.Dict[str, t.Any]:
@@ -540,405 +534,13 @@ def argument_spec() -> t.Dict[str, t.Any]:
         "backup_dir": {"type": "path"},
         "validate": {"type": "str"},
         "state_dir": {"type": "path", "default": "/var/lib/gpuserve/python_patch"},
+        "check_timeout": {"type": "int", "default": 600},
+        "lock_timeout": {"type": "int", "default": 900},
     }
 
 
-def _strip_none(value: t.Any) -> t.Any:
-    """Drop the None that AnsibleModule fills in for every unset suboption."""
-    if isinstance(value, dict):
-        return {k: _strip_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_strip_none(v) for v in value]
-    return value
-
-
-class PatchFailed(Exception):
-    """A failure to report with fail_json; extra keys go into the result."""
-
-    def __init__(self, msg: str, **extra: t.Any) -> None:
-        super().__init__(msg)
-        self.msg = msg
-        self.extra = extra
-
-
-class FileJob:
-    """One file of the call: what was there, what should be there, and what was done."""
-
-    # pylint: disable=too-many-instance-attributes,too-few-public-methods
-
-    def __init__(self, path: str, raw_edits: t.List[t.Dict[str, t.Any]]) -> None:
-        self.path = path
-        self.real = os.path.realpath(path)
-        self.raw_edits = raw_edits
-        self.edits: t.List[Edit] = []
-        self.exists = False
-        self.before = b""
-        self.after = b""
-        self.stat: os.stat_result | None = None
-        self.results: t.List[t.Dict[str, str]] = []
-        self.record: pf.Record | None = None
-        self.replaced_since = False
-        # ("save", original bytes, edit list) | ("delete",) | None
-        self.record_action: t.Tuple[t.Any, ...] | None = None
-        self.record_snapshot: pf.RecordSnapshot | None = None
-        self.record_out: str | None = None
-        self.tmp: str | None = None
-        self.backup_file: str | None = None
-        self.written = False
-
-    @property
-    def changed(self) -> bool:
-        return self.exists and self.after != self.before
-
-    def result(self) -> t.Dict[str, t.Any]:
-        return {
-            "path": self.path,
-            "changed": self.changed,
-            "sha256_before": pf.sha256_bytes(self.before) if self.exists else None,
-            "sha256_after": pf.sha256_bytes(self.after) if self.exists else None,
-            "backup_file": self.backup_file,
-            "record": self.record_out,
-            "replaced_since": self.replaced_since,
-            "edits": self.results,
-        }
-
-
-class PythonPatch:
-    """The module's run: read and compute everything, check it, then write it all or nothing."""
-
-    def __init__(self, module: AnsibleModule) -> None:
-        self.module = module
-        params = module.params
-        self.state: str = params["state"]
-        self.state_dir: str = params["state_dir"]
-        self.python: str = params["python"] or sys.executable
-        self.check = module.check_mode
-        if params["files"] is not None:
-            specs = [(f["path"], f.get("edits") or []) for f in params["files"]]
-        else:
-            if self.state == "present" and not params["edits"]:
-                raise PatchFailed("edits is required with path when state=present")
-            specs = [(params["path"], params["edits"] or [])]
-        self.jobs = [FileJob(path, _strip_none(edits)) for path, edits in specs]
-        seen: t.Dict[str, str] = {}
-        for job in self.jobs:
-            if job.real in seen:
-                raise PatchFailed("%s and %s are the same file (%s); give each file once"
-                                  % (seen[job.real], job.path, job.real))
-            seen[job.real] = job.path
-
-    # ---- phase 1: read and compute (no writes) -------------------------------------------
-
-    def _read(self, job: FileJob) -> None:
-        try:
-            job.edits = parse_edits(job.raw_edits, path=job.path)
-        except PyEditError as exc:
-            raise PatchFailed(str(exc), file=job.path, edit_id=exc.edit_id) from exc
-        try:
-            job.record = pf.load_record(self.state_dir, job.real)
-        except (ValueError, KeyError, OSError) as exc:
-            raise PatchFailed("%s: cannot read its record: %s" % (job.path, exc),
-                              file=job.path) from exc
-        if not os.path.lexists(job.real):
-            return
-        if not os.path.isfile(job.real):
-            raise PatchFailed("%s is not a regular file" % job.path, file=job.path)
-        job.stat = os.stat(job.real)
-        job.before = pf.read_bytes(job.real)
-        job.after = job.before
-        job.exists = True
-
-    def _engine(self, job: FileJob) -> t.Tuple[bytes, t.List[t.Any]]:
-        """Run the engine on the current bytes: (new bytes, EditResults)."""
-        try:
-            text, encoding = decode_source(job.before, path=job.path)
-            patch = apply_edits(text, job.edits, path=job.path)
-        except SourceSyntaxError as exc:
-            raise PatchFailed(
-                "%s (refused; nothing was written)" % exc, file=job.path,
-                syntax_error={"lineno": getattr(exc, "lineno", None),
-                              "offset": getattr(exc, "offset", None),
-                              "line": getattr(exc, "line", None)}) from exc
-        except PyEditError as exc:
-            raise PatchFailed("%s (nothing was written)" % exc, file=job.path,
-                              edit_id=exc.edit_id) from exc
-        new = job.before
-        if patch.changed:
-            # Re-encode only when something changed, so untouched files stay byte-identical.
-            new = encode_source(patch.source, encoding)
-        return new, list(patch.results)
-
-    def _compute_present(self, job: FileJob) -> None:
-        if not job.exists:
-            raise PatchFailed("%s: file not found (nothing was written)" % job.path, file=job.path)
-        job.after, results = self._engine(job)
-        job.results = [{"id": r.id, "kind": r.kind, "status": r.status, "detail": r.detail}
-                       for r in results]
-        current = pf.sha256_bytes(job.before)
-        record = job.record
-        if record is not None and record.sha256_written != current:
-            job.replaced_since = True
-        if job.changed:
-            # The record lists the edits this module applied since the original: the earlier
-            # ones (when the file is still ours) plus those applied now.
-            applied = [{"id": r.id, "kind": r.kind} for r in results if r.status == STATUS_APPLIED]
-            if record is not None and not job.replaced_since:
-                original = self._record_original(job)
-                now = {e["id"] for e in applied}
-                kept = [e for e in record.edits if e["id"] not in now]
-            else:
-                original, kept = job.before, []
-            edits = kept + applied
-            job.record_action = ("save", original, edits)
-            job.record_out = pf.record_paths(self.state_dir, job.real)[0]
-        elif record is not None and job.replaced_since:
-            # The file was replaced and already holds the edits: the old record describes
-            # bytes that are gone, so it is removed rather than kept misleading.
-            job.record_action = ("delete",)
-            self.module.warn("%s was replaced since python_patch changed it and already contains "
-                             "the edits; its stale record %s %s removed"
-                             % (job.path, record.json_path, "would be" if self.check else "was"))
-        elif record is not None:
-            job.record_out = record.json_path
-        if job.replaced_since and job.changed:
-            self.module.warn("%s was replaced since python_patch changed it (sha256 %s, record "
-                             "expected %s); the edits are applied to the new file and the record "
-                             "rewritten" % (job.path, current, record.sha256_written))
-
-    def _record_original(self, job: FileJob) -> bytes:
-        if job.record is None:
-            raise PatchFailed("%s: no record to restore from" % job.path, file=job.path)
-        try:
-            return job.record.original()
-        except (OSError, ValueError) as exc:
-            raise PatchFailed("%s: its record is damaged: %s" % (job.path, exc),
-                              file=job.path) from exc
-
-    def _compute_absent(self, job: FileJob) -> None:
-        record = job.record
-        if record is not None:
-            current = pf.sha256_bytes(job.before) if job.exists else None
-            if current == record.sha256_written:
-                job.after = self._record_original(job)
-                job.record_action = ("delete",)
-                job.record_out = None
-                detail = ("put back the bytes from before python_patch changed the file "
-                          "(record %s of %s)" % (record.json_path, record.timestamp))
-                job.results = [{"id": e["id"], "kind": e["kind"], "status": STATUS_REVERTED,
-                                "detail": detail} for e in record.edits]
-                return
-            job.replaced_since = True
-            job.record_out = record.json_path
-            why = ("no longer exists" if not job.exists else
-                   "was replaced since python_patch changed it (sha256 %s, record expected %s)"
-                   % (current, record.sha256_written))
-            self.module.warn("%s %s; it is left alone. The original bytes remain in %s"
-                             % (job.path, why, record.orig_path))
-            job.results = [{"id": e["id"], "kind": e["kind"], "status": STATUS_SKIPPED,
-                            "detail": "not reverted: the file %s" % why} for e in record.edits]
-            return
-        # No record: nothing of ours to revert. Say, per edit, whether its change is there.
-        if not job.exists:
-            job.results = [{"id": e.id, "kind": e.kind, "status": STATUS_ALREADY,
-                            "detail": "the file does not exist"} for e in job.edits]
-            return
-        try:
-            results = self._engine(job)[1]
-        except PatchFailed as exc:
-            job.results = [{"id": e.id, "kind": e.kind, "status": STATUS_ALREADY,
-                            "detail": "not present: %s" % exc.msg} for e in job.edits]
-            return
-        job.results = []
-        for res in results:
-            if res.status == STATUS_ALREADY:
-                status, detail = STATUS_SKIPPED, ("present, but not written by python_patch (no "
-                                                  "record), so left alone")
-            else:
-                status, detail = STATUS_ALREADY, "not present: %s" % res.detail
-            job.results.append({"id": res.id, "kind": res.kind, "status": status,
-                                "detail": detail})
-
-    # ---- phase 2: checks on the new bytes (no writes to targets) ---------------------------
-
-    def _require_python(self) -> None:
-        found = shutil.which(self.python)
-        if found is None:
-            raise PatchFailed("python %s (the interpreter for the compile and import checks) is "
-                              "not an executable file; set python to the environment's "
-                              "interpreter; nothing was written" % self.python)
-
-    def _compile_check(self, jobs: t.List[FileJob]) -> None:
-        self._require_python()
-        payload = json.dumps([[j.real, base64.b64encode(j.after).decode("ascii")] for j in jobs])
-        try:
-            rc, out, err = self.module.run_command(
-                [self.python, "-c", _COMPILE_SCRIPT], data=payload,
-                environ_update={"PYTHONDONTWRITEBYTECODE": "1"}, cwd="/")
-        except OSError as exc:  # pragma: no cover - run_command reports most of these itself
-            raise PatchFailed("cannot run python %s for the compile check: %s"
-                              % (self.python, exc)) from exc
-        try:
-            errors = json.loads(out) if rc == 0 else None
-        except ValueError:
-            errors = None
-        if errors is None:
-            raise PatchFailed("the compile check with %s did not run (rc=%s): %s; nothing was "
-                              "written" % (self.python, rc, (err or out).strip()[-2000:]),
-                              rc=rc, stdout=out, stderr=err)
-        if errors:
-            lines = []
-            by_real = {j.real: j for j in jobs}
-            for e in errors:
-                job = by_real.get(e["path"])
-                ids = ", ".join(r["id"] for r in job.results if r["status"] == STATUS_APPLIED) \
-                    if job else ""
-                lines.append("%s: the edited file does not compile with %s: %s (line %s: %r); "
-                             "edits applied: %s" % (job.path if job else e["path"], self.python,
-                                                    e["msg"], e["lineno"], e["text"], ids))
-            raise PatchFailed("; ".join(lines) + "; nothing was written", compile_errors=errors)
-
-    def _validate(self, job: FileJob, tmp: str) -> None:
-        cmd = self.module.params["validate"] % tmp
-        rc, out, err = self.module.run_command(cmd)
-        if rc != 0:
-            ids = ", ".join(r["id"] for r in job.results
-                            if r["status"] in (STATUS_APPLIED, STATUS_REVERTED))
-            raise PatchFailed(
-                "%s: validate command %r failed (rc=%s) on the new content (edits %s): %s; "
-                "nothing was written" % (job.path, cmd, rc, ids, (err or out).strip()[-2000:]),
-                file=job.path, rc=rc, stdout=out, stderr=err)
-
-    def _import_check(self) -> None:
-        names = self.module.params["import_check"]
-        rc, out, err = self.module.run_command(
-            [self.python, "-c", _IMPORT_SCRIPT] + list(names),
-            environ_update={"PYTHONDONTWRITEBYTECODE": "1"}, cwd="/")
-        if rc != 0:
-            tail = "\n".join((err or out).strip().splitlines()[-6:])
-            raise PatchFailed(
-                "import_check failed with %s after writing %s: %s; every file was put back"
-                % (self.python, ", ".join(j.path for j in self.jobs if j.written), tail),
-                rc=rc, stdout=out, stderr=err)
-
-    # ---- phase 3: writes, all or nothing ----------------------------------------------------
-
-    def _write_all(self, changed: t.List[FileJob]) -> None:
-        stamp = pf.backup_stamp()
-        params = self.module.params
-        for job in changed:  # temp files next to their targets, validated before any rename
-            job.tmp = pf.write_temp(job.real, job.after, like=job.stat)
-            if params["validate"]:
-                self._validate(job, job.tmp)
-        if params["backup"]:
-            for job in changed:
-                job.backup_file = pf.backup(job.real, params["backup_dir"], stamp)
-        for job in self.jobs:
-            if job.record_action is None:
-                continue
-            job.record_snapshot = pf.snapshot_record(self.state_dir, job.real)
-            if job.record_action[0] == "save":
-                original, edits = job.record_action[1], job.record_action[2]
-                pf.save_record(self.state_dir, job.real, original, job.after, edits)
-            else:
-                pf.delete_record(self.state_dir, job.real)
-        for job in changed:
-            pf.replace(t.cast(str, job.tmp), job.real)
-            job.tmp = None
-            job.written = True
-            pf.remove_stale_bytecode(job.real)
-
-    def _rollback(self) -> t.List[str]:
-        """Put every file and record back as it was; return what could not be restored."""
-        problems = []
-        for job in self.jobs:
-            pf.remove_quietly(job.tmp)
-            job.tmp = None
-            try:
-                if job.written:
-                    pf.atomic_write(job.real, job.before, like=job.stat)
-                    pf.remove_stale_bytecode(job.real)
-                    job.written = False
-                if job.record_snapshot is not None:
-                    pf.restore_record(self.state_dir, job.real, job.record_snapshot)
-                pf.remove_quietly(job.backup_file)
-                job.backup_file = None
-            except OSError as exc:
-                problems.append("%s: %s" % (job.path, exc))
-        return problems
-
-    # ---- the run ----------------------------------------------------------------------------
-
-    def run(self) -> t.Dict[str, t.Any]:
-        if self.check:  # check mode writes nothing, not even a lock file
-            return self._run_locked()
-        stack = contextlib.ExitStack()
-        try:
-            stack.enter_context(pf.locked(self.state_dir, [j.real for j in self.jobs]))
-        except OSError as exc:
-            stack.close()
-            raise PatchFailed("cannot take the lock in state_dir %s: %s (set state_dir to a "
-                              "writable directory)" % (self.state_dir, exc)) from exc
-        with stack:
-            return self._run_locked()
-
-    def _run_locked(self) -> t.Dict[str, t.Any]:
-        for job in self.jobs:
-            self._read(job)
-        for job in self.jobs:
-            if self.state == "present":
-                self._compute_present(job)
-            else:
-                self._compute_absent(job)
-        changed = [j for j in self.jobs if j.changed]
-        if changed and self.state == "present":
-            self._compile_check(changed)
-        if self.check:
-            self._check_mode_validate(changed)
-        else:
-            try:
-                self._write_all(changed)
-                if changed and self.module.params["import_check"]:
-                    self._import_check()
-            except BaseException as exc:
-                problems = self._rollback()
-                msg = exc.msg if isinstance(exc, PatchFailed) else (
-                    "writing failed: %s; every file was put back" % exc)
-                if problems:
-                    msg += "; AND putting back failed for: %s" % "; ".join(problems)
-                if isinstance(exc, PatchFailed):
-                    exc.msg = msg
-                    raise
-                if isinstance(exc, OSError):
-                    raise PatchFailed(msg) from exc
-                raise
-        result: t.Dict[str, t.Any] = {
-            "changed": bool(changed),
-            "files": [j.result() for j in self.jobs],
-        }
-        if self.module._diff:  # pylint: disable=protected-access
-            result["diff"] = [self._diff(j) for j in changed]
-        return result
-
-    def _check_mode_validate(self, changed: t.List[FileJob]) -> None:
-        if not changed or not self.module.params["validate"]:
-            return
-        with tempfile.TemporaryDirectory(prefix="python_patch-") as tmpdir:
-            for job in changed:
-                tmp = os.path.join(tmpdir, os.path.basename(job.real))
-                with open(tmp, "wb") as handle:
-                    handle.write(job.after)
-                self._validate(job, tmp)
-                os.unlink(tmp)
-
-    def _diff(self, job: FileJob) -> t.Dict[str, str]:
-        before = decode_source(job.before, path=job.path)[0]
-        after = decode_source(job.after, path=job.path)[0]
-        return {"before_header": job.path, "after_header": job.path,
-                "prepared": unified_diff(before, after, job.path)}
-
-
 def main() -> None:
-    """Entry point: translate results and errors for Ansible."""
+    """Entry point: the run lives in module_utils/_patchrun.py; this translates for Ansible."""
     module = AnsibleModule(
         argument_spec=argument_spec(),
         mutually_exclusive=[["path", "files"], ["edits", "files"]],
@@ -949,7 +551,9 @@ def main() -> None:
     if module.params["validate"] is not None and "%s" not in module.params["validate"]:
         module.fail_json(msg="validate must contain %%s: %s" % module.params["validate"])
     try:
-        patch = PythonPatch(module)
+        patch = PythonPatch(module.params, check=module.check_mode,
+                            diff=module._diff,  # pylint: disable=protected-access
+                            warn=module.warn)
         result = patch.run()
     except PatchFailed as exc:
         module.fail_json(msg=exc.msg, changed=False, **exc.extra)

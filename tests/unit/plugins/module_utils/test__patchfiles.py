@@ -116,17 +116,11 @@ def test_record_of_another_path_is_refused(tmp_path: Path) -> None:
         pf.load_record(str(tmp_path), "/x.py")
 
 
-@pytest.mark.parametrize("had_record", [True, False])
-def test_snapshot_restore_undoes_record_changes(tmp_path: Path, had_record: bool) -> None:
-    if had_record:
-        pf.save_record(str(tmp_path), "/x.py", b"first", b"written", [{"id": "a", "kind": "base"}])
-    json_path, orig_path = pf.record_paths(str(tmp_path), "/x.py")
-    before = [Path(p).read_bytes() if os.path.exists(p) else None for p in (json_path, orig_path)]
-    snap = pf.snapshot_record(str(tmp_path), "/x.py")
-    pf.save_record(str(tmp_path), "/x.py", b"second", b"other", [])
-    pf.restore_record(str(tmp_path), "/x.py", snap)
-    after = [Path(p).read_bytes() if os.path.exists(p) else None for p in (json_path, orig_path)]
-    assert after == before
+def test_adding_edits_keeps_the_orig_file(tmp_path: Path) -> None:
+    first = pf.save_record(str(tmp_path), "/x.py", b"orig", b"one", [{"id": "a", "kind": "base"}])
+    inode = os.stat(first.orig_path).st_ino
+    pf.save_record(str(tmp_path), "/x.py", b"orig", b"two", [{"id": "b", "kind": "base"}])
+    assert os.stat(first.orig_path).st_ino == inode  # not rewritten
 
 
 @pytest.mark.parametrize(

@@ -341,13 +341,16 @@ def test_upgrade_replaces_the_file(env: Env) -> None:
     assert absent["changed"] is False and not absent.get("failed"), absent
     assert absent["files"][0]["replaced_since"] is True
     assert statuses(absent) == ["skipped"] * 5
-    assert any("replaced since" in w for w in absent.get("warnings", []))
+    assert any("changed since" in w and ".orig" in w for w in absent.get("warnings", []))
     # present treats the new file as the original and rewrites the record.
     assert present["changed"] is True and statuses(present) == ["applied"] * 5
     assert present["files"][0]["replaced_since"] is True
     record = json.loads(Path(present["files"][0]["record"]).read_text())
     assert record["sha256_original"] == sha(upgraded.encode())
     assert record["sha256_written"] == sha(target.read_bytes())
+    # The first original is not lost: the old record was kept as a superseded copy.
+    [old] = (env.state / "records").glob("*.superseded-*.orig")
+    assert old.read_text() == ORIGINAL
     # so absent now restores the upgraded bytes, not the first original.
     [absent2] = env.play(task(dict(args, state="absent")))
     assert absent2["changed"] is True and statuses(absent2) == ["reverted"] * 5
@@ -363,13 +366,43 @@ def test_upgrade_to_a_release_with_the_change_built_in(env: Env) -> None:
     # The new release ships the change itself (other bytes than ours, edits all present).
     native = EXPECTED.replace('"""Doc."""', '"""Doc, release 3."""')
     target.write_text(native)
+    kept = record.read_bytes()
     present, absent = env.play(task(args), task(dict(args, state="absent")))
     assert present["changed"] is False and statuses(present) == ["already"] * 5
-    assert not record.exists()  # the stale record is dropped, with a warning saying so
-    assert any("stale record" in w for w in present.get("warnings", []))
+    # The record is kept as it was (it holds the only copy of the first original), with a
+    # warning saying so; absent then refuses to put those bytes over the new release.
+    assert record.read_bytes() == kept
+    assert any("record is kept" in w for w in present.get("warnings", []))
     assert absent["changed"] is False and not absent.get("failed")
-    assert statuses(absent) == ["skipped"] * 5  # present, but not ours to revert
+    assert statuses(absent) == ["skipped"] * 5
+    assert any("refusing" in w and ".orig" in w for w in absent.get("warnings", []))
     assert target.read_text() == native
+
+
+def test_hand_edit_then_present_then_absent_keeps_the_pristine_bytes(env: Env) -> None:
+    target = env.file("sample.py", ORIGINAL)
+    args = env.args(path=str(target), edits=EDITS)
+    [applied] = env.play(task(args))
+    orig = Path(applied["files"][0]["record"]).with_suffix(".orig")
+    # A hand edit that keeps the edits (a comment), then one that undoes one of them.
+    target.write_text(EXPECTED + "# tuned by hand\n")
+    present, absent = env.play(task(args), task(dict(args, state="absent")))
+    assert present["changed"] is False and not present.get("failed"), present
+    assert orig.read_text() == ORIGINAL
+    assert absent["changed"] is False and absent["files"][0]["replaced_since"] is True
+    assert any(str(orig) in w and "refusing" in w for w in absent["warnings"]), absent
+    assert target.read_text() == EXPECTED + "# tuned by hand\n"
+    hand = EXPECTED.replace("y = x + 2", "y = x + 1") + "# tuned by hand\n"
+    target.write_text(hand)
+    present, absent = env.play(task(args), task(dict(args, state="absent")))
+    assert present["changed"] is True and statuses(present)[3] == "applied"
+    # The first original is kept in a superseded copy; absent undoes only the last change.
+    [old_json] = list((env.state / "records").glob("*.superseded-*.json"))
+    old = json.loads(old_json.read_text())
+    assert (old_json.parent / old["original"]).read_text() == ORIGINAL
+    assert old["sha256_original"] == sha(ORIGINAL.encode())
+    assert absent["changed"] is True and target.read_text() == hand
+    assert (old_json.parent / old["original"]).read_text() == ORIGINAL
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another owner needs root")
