@@ -70,7 +70,9 @@ def na(value: str) -> str | None:
 
 def is_error_value(value: str | None) -> bool:
     """Whether a field reads an error state (ERR!, [GPU requires reset], [Unknown Error], ...)."""
-    return bool(value) and bool(_ERROR_RE.match(value.strip()))  # type: ignore[union-attr]
+    if not value or na(value) is None:
+        return False
+    return bool(_ERROR_RE.match(value.strip()))
 
 
 def driver_branch(version: str | None) -> int | None:
@@ -101,7 +103,7 @@ def _parse_row(lineno: int, row: list[str]) -> dict[str, t.Any]:
             "nvidia-smi --query-gpu line %d has %d fields, expected %d (%s): %r"
             % (lineno, len(row), len(QUERY_FIELDS), ",".join(QUERY_FIELDS), ",".join(row)))
     cells = [cell.strip() for cell in row]
-    errors = {field: cell for field, cell in zip(QUERY_FIELDS, cells) if is_error_value(cell) and na(cell)}
+    errors = {field: cell for field, cell in zip(QUERY_FIELDS, cells) if is_error_value(cell)}
     gpu: dict[str, t.Any] = {
         key: (None if field in errors else na(cell))
         for key, field, cell in zip(FIELD_KEYS, QUERY_FIELDS, cells)
