@@ -77,6 +77,8 @@ PROPRIETARY_NO_DEVICES = dict(smi_fail="nvidia-smi-no-devices.txt", smi_rc=6,
     (Node(smi=False, proc_version=None, modinfo=False, lspci=None), {}, ["no_gpu"],
      ["no NVIDIA GPU found", "rehearsal"]),
     (Node(smi=False, proc_version=None, modinfo=False, lspci=None), {"require_gpu": False}, [], []),
+    (Node(smi_fail="nvidia-smi-failed-no-driver.txt", proc_version=None, lspci="lspci-vvv-no-nvidia.txt"), {},
+     ["no_gpu"], ["no NVIDIA GPU found: nvidia-smi failed (rc=9)", "lspci sees no NVIDIA GPU either"]),
     # ACS
     (Node(lspci="lspci-vvv-acs-enabled.txt"), {"acs": "fail"}, ["acs"],
      ["PCIe ACS is enabled on 16 bridge(s)", "iommu=pt", "NCCL_P2P_DISABLE=1"]),
