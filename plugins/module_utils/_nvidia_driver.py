@@ -174,7 +174,8 @@ def driver_facts(find: Finder, run: Runner, read: Reader, cuda_query: CudaQuery,
         else:
             binary = find(nvidia_smi)
             if binary is None:
-                reasons.append("%s is not installed (not on PATH)" % nvidia_smi)
+                reasons.append(("%s does not exist or is not executable" if "/" in nvidia_smi
+                                else "%s is not installed (not on PATH)") % nvidia_smi)
             else:
                 rc, out, err = run([binary, "--query-gpu=driver_version", "--format=csv,noheader"])
                 version = smi_driver_version(out) if rc == 0 else None

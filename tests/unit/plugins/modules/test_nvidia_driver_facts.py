@@ -52,7 +52,7 @@ def test_610_branch_from_the_query_interface(node: t.Callable[..., dict[str, t.A
 def test_a_path_to_a_missing_nvidia_smi(node: t.Callable[..., dict[str, t.Any]]) -> None:
     result = node({"nvidia_smi": "/usr/local/bin/no-such-nvidia-smi"})
     assert result["failed"] is False and result["cuda_version"] is None
-    assert "/usr/local/bin/no-such-nvidia-smi is not installed" in result["reason"]
+    assert "/usr/local/bin/no-such-nvidia-smi does not exist or is not executable" in result["reason"]
 
 
 def test_nvidia_smi_without_a_driver(node: t.Callable[..., dict[str, t.Any]]) -> None:
