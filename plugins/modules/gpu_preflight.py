@@ -13,18 +13,27 @@ version_added: 0.1.0
 description:
   - Reads what an NVIDIA GPU node says about itself and returns it as structured facts
     (GPU count, names, PCI addresses, compute capability, driver version and branch, kernel
-    module flavour open or proprietary, kernel command line IOMMU/ACS switches, PCIe ACS state
-    of every bridge, the C(nvidia-smi topo -m) matrix).
+    module flavour open or proprietary, CUDA version the driver supports, MIG mode and error
+    states per GPU, this boot's Xid events, the NVIDIA GPUs on the PCI bus, kernel command line
+    IOMMU/ACS switches, PCIe ACS state of every bridge, the C(nvidia-smi topo -m) matrix).
   - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits), C(nvidia-smi topo -m),
-    C(modinfo -F license nvidia), C(modinfo -F version nvidia) and C(lspci -vvv), and reads
-    C(/proc/driver/nvidia/version) and C(/proc/cmdline). It changes nothing on the node.
+    C(modinfo -F license nvidia), C(modinfo -F version nvidia), C(lspci -vvv) and
+    C(journalctl -k -b) (or C(dmesg) when the journal holds no kernel messages), reads
+    C(/proc/driver/nvidia/version) and C(/proc/cmdline), and asks C(libcuda.so.1) for the CUDA
+    version (C(cuDriverGetVersion)). The nvidia-smi banner is never read. It changes nothing.
   - Compares the facts with the expectations given (GPU count, name, compute capability,
     minimum driver branch, open kernel modules) and reports every mismatch as a problem with a
     message an operator can act on. With O(fail_on_problems=true) the module fails with those
     messages; otherwise it returns them in RV(problems).
   - A node without an NVIDIA GPU (no C(nvidia-smi), or C(nvidia-smi) failing or listing no GPU)
     is a problem only when O(require_gpu=true); with O(require_gpu=false) the hardware checks
-    are skipped and RV(rehearsal) is true, for containers and CI.
+    are skipped and RV(rehearsal) is true, for containers and CI. When C(lspci) still sees
+    NVIDIA GPUs the problem says so instead of "no GPU", and names the proprietary kernel module
+    (which cannot drive Blackwell GPUs) when that is the cause.
+  - Refuses MIG mode (unless O(allow_mig=true)), GPUs whose fields read an error state
+    (C(ERR!), C([GPU requires reset]), C([Unknown Error])) or that nvidia-smi cannot open, and
+    fatal Xid errors of this boot (79, 48, 95, 119, 120, ...); O(health_action=warn) turns these
+    into advisories, O(ignore_xids) skips handled Xid numbers. Other Xids are advisories.
   - Other findings (ACS on a PCIe-only box, a pending driver reboot, persistence mode off,
     facts that could not be read) are advisories, returned in RV(advisories) and shown as
     warnings.
@@ -65,6 +74,26 @@ options:
         V(NVIDIA) proprietary).
     type: bool
     default: false
+  allow_mig:
+    description:
+      - Accept GPUs in MIG mode. vLLM with tensor parallelism needs whole GPUs, so MIG is refused
+        by default.
+    type: bool
+    default: false
+  health_action:
+    description:
+      - What to do with GPUs in an error state, GPUs nvidia-smi cannot open and fatal Xid errors
+        of this boot - V(fail) makes them problems, V(warn) advisories.
+    type: str
+    choices: [fail, warn]
+    default: fail
+  ignore_xids:
+    description:
+      - Xid numbers of this boot's kernel log to report as advisories only (for example an Xid
+        handled by a GPU reset without a reboot; the kernel log keeps it until the next boot).
+    type: list
+    elements: int
+    default: []
   acs:
     description:
       - What to do when PCIe ACS is enabled on bridges of a box whose GPUs talk over PCIe only
@@ -157,6 +186,59 @@ gpus:
     compute_capability: {description: Compute capability; null when not reported, type: str, sample: "12.0"}
     memory_total_mib: {description: Memory in MiB, type: int, sample: 97887}
     persistence_mode: {description: Persistence mode on; null when not reported, type: bool, sample: true}
+    pstate: {description: Performance state; null when not reported or in an error state, type: str, sample: P0}
+    mig_enabled: {description: MIG mode (current); null when the GPU has no MIG, type: bool, sample: false}
+    mig_pending: {description: MIG mode after the next reset; null when the GPU has no MIG, type: bool, sample: false}
+    errors: {description: "Fields in an error state, as nvidia-smi field -> value", type: dict, sample: {pstate: "[GPU requires reset]"}}
+unreadable_gpus:
+  description: GPUs nvidia-smi could not open (C(Unable to determine the device handle ...)).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{bus_id: "0000:84:00.0", reason: GPU is lost. Reboot the system to recover this GPU}]
+mig_enabled_gpus:
+  description: Indices of the GPUs in MIG mode.
+  returned: always
+  type: list
+  elements: int
+  sample: []
+smi_rc:
+  description: Exit status of the nvidia-smi query; null when nvidia-smi is missing.
+  returned: always
+  type: int
+  sample: 0
+pci_nvidia_gpus:
+  description: NVIDIA GPUs C(lspci) sees, whether or not the driver serves them; null when lspci failed.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{address: "03:00.0", description: "3D controller: NVIDIA Corporation GB202GL [RTX PRO 6000 Blackwell Server Edition] (rev a1)"}]
+cuda_version:
+  description: The CUDA version the driver supports; null when unknown.
+  returned: always
+  type: str
+  sample: "13.0"
+cuda_version_source:
+  description: Where RV(cuda_version) comes from (libcuda, else the driver version against NVIDIA's table).
+  returned: always
+  type: str
+cuda_version_exact:
+  description: True when RV(cuda_version) comes from libcuda, false when it is the table's lower bound.
+  returned: always
+  type: bool
+kernel_log:
+  description: This boot's kernel log as read for Xid errors.
+  returned: always
+  type: dict
+  contains:
+    source: {description: "The command read (journalctl -k -b ... or dmesg); null when none worked", type: str}
+    reason: {description: Why no kernel log could be read, type: str}
+    xid_events:
+      description: One entry per GPU and Xid - bus_id, xid, meaning, fatal, action, detail, count.
+      type: list
+      elements: dict
+    open_module_required: {description: GPUs the proprietary module refused (needs the open modules), type: list, elements: str}
+    fallen_off_bus: {description: GPUs the driver reported as fallen off the bus, type: list, elements: str}
 driver_version:
   description: Driver version (from C(nvidia-smi), else from the kernel module); null when unknown.
   returned: always
@@ -256,6 +338,10 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_facts
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_pci
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_verdicts
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_driver
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_smi
 
 
 def _reader(path: str) -> str | None:
@@ -276,7 +362,10 @@ def main() -> None:
             "expected_compute_capability": {"type": "str"},
             "min_driver_branch": {"type": "int"},
             "require_open_kernel_modules": {"type": "bool", "default": False},
-            "acs": {"type": "str", "choices": list(_gpu_facts.ACS_CHOICES), "default": "warn"},
+            "allow_mig": {"type": "bool", "default": False},
+            "health_action": {"type": "str", "choices": list(_gpu_verdicts.HEALTH_CHOICES), "default": "fail"},
+            "ignore_xids": {"type": "list", "elements": "int", "default": []},
+            "acs": {"type": "str", "choices": list(_gpu_pci.ACS_CHOICES), "default": "warn"},
             "fail_on_problems": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
@@ -291,19 +380,20 @@ def main() -> None:
         return module.get_bin_path(name, required=False)
 
     try:
-        facts = _gpu_facts.collect(find, run, _reader)
-    except _gpu_facts.GpuFactsError as exc:
+        facts = _gpu_facts.collect(find, run, _reader, _nvidia_driver.libcuda_version)
+    except _nvidia_smi.GpuFactsError as exc:
         module.fail_json(msg="cannot read the GPU node facts: %s" % exc)
 
     expect: dict[str, t.Any] = {key: params[key] for key in (
         "require_gpu", "expected_gpu_count", "expected_gpu_name", "expected_compute_capability",
-        "min_driver_branch", "require_open_kernel_modules", "acs")}
-    problems, advisories = _gpu_facts.evaluate(facts, expect)
+        "min_driver_branch", "require_open_kernel_modules", "acs", "allow_mig", "health_action",
+        "ignore_xids")}
+    problems, advisories = _gpu_verdicts.evaluate(facts, expect)
     result: dict[str, t.Any] = dict(facts)
     result.update(
         changed=False,
         rehearsal=not facts["gpu_present"] and not params["require_gpu"],
-        acs_p2p_risk=_gpu_facts.acs_p2p_risk(facts),
+        acs_p2p_risk=_gpu_verdicts.acs_p2p_risk(facts),
         problems=problems,
         advisories=advisories,
     )

@@ -3,9 +3,11 @@
 Run on a machine WITH a GPU (no Ansible needed, stdlib only):
     python3 tests/hardware/record_gpu_node.py OUTDIR
 It saves the raw outputs the preflight parses (nvidia-smi query CSV and ``topo -m``,
-/proc/driver/nvidia/version, modinfo, /proc/cmdline, ``lspci -vvv``) into OUTDIR, so that new
-test fixtures come from real boxes, then prints the facts ``_gpu_facts.collect`` derives and the
-problems ``evaluate`` raises for the RTX PRO 6000 expectations of the gpu_node role's defaults.
+/proc/driver/nvidia/version, modinfo, /proc/cmdline, ``lspci -vvv``, ``journalctl -k -b`` or
+``dmesg``, ``nvidia-smi --query-gpu=driver_version``, the libcuda CUDA version) into OUTDIR,
+plus the nvidia-smi banner and ``nvidia-smi -q`` for reference, so that new test fixtures come
+from real boxes; then prints the facts ``_gpu_facts.collect`` derives and the problems
+``_gpu_verdicts.evaluate`` raises for the RTX PRO 6000 expectations of the gpu_node role's defaults.
 Exit status 1 when a parser could not read a recording it should have read.
 """
 
@@ -16,15 +18,23 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
-import _gpu_facts  # noqa: E402  (stdlib-only module_utils file, imported by path)
+# The module_utils import each other as ansible_collections.gpuserve.vllm...: link the checkout there.
+_ROOT = Path(tempfile.mkdtemp(prefix="gpuserve-recorder-"))
+(_ROOT / "ansible_collections" / "gpuserve").mkdir(parents=True)
+(_ROOT / "ansible_collections" / "gpuserve" / "vllm").symlink_to(Path(__file__).resolve().parents[2])
+sys.path.insert(0, str(_ROOT))
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_facts  # noqa: E402
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_verdicts  # noqa: E402
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_driver  # noqa: E402
 
 ROLE_DEFAULTS = {
     "require_gpu": True, "expected_gpu_count": 8, "expected_gpu_name": "RTX PRO 6000",
     "expected_compute_capability": "12.0", "min_driver_branch": 580,
-    "require_open_kernel_modules": True, "acs": "warn",
+    "require_open_kernel_modules": True, "acs": "warn", "allow_mig": False,
+    "health_action": "fail", "ignore_xids": [],
 }
 
 
@@ -49,9 +59,19 @@ def main(outdir: Path) -> int:
         (outdir / ("file" + path.replace("/", "-") + ".txt")).write_text(text)
         return text
 
-    facts = _gpu_facts.collect(shutil.which, run, read)
-    problems, advisories = _gpu_facts.evaluate(facts, ROLE_DEFAULTS)
-    report = {"facts": facts, "problems_vs_role_defaults": problems, "advisories": advisories}
+    def cuda_query() -> int | None:
+        value = _nvidia_driver.libcuda_version()
+        (outdir / "libcuda-cuDriverGetVersion.txt").write_text("%s\n" % value)
+        return value
+
+    facts = _gpu_facts.collect(shutil.which, run, read, cuda_query)
+    driver = _nvidia_driver.driver_facts(shutil.which, run, read, cuda_query)
+    nvidia_smi = shutil.which("nvidia-smi")
+    if nvidia_smi:  # for reference only: the preflight never reads these (banner text changes per branch)
+        run([nvidia_smi])
+        run([nvidia_smi, "-q"])
+    problems, advisories = _gpu_verdicts.evaluate(facts, ROLE_DEFAULTS)
+    report = {"facts": facts, "driver": driver, "problems_vs_role_defaults": problems, "advisories": advisories}
     (outdir / "facts.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
     unread = []
@@ -59,7 +79,7 @@ def main(outdir: Path) -> int:
         unread.append(f"topology: {facts['topology_error']}")
     if facts["gpu_present"] and not all(g["compute_capability"] for g in facts["gpus"]):
         unread.append("compute capability missing from the query CSV")
-    if facts["gpu_present"] and facts["kernel_module"]["flavor"] == _gpu_facts.FLAVOR_UNKNOWN:
+    if facts["gpu_present"] and facts["kernel_module"]["flavor"] == _nvidia_driver.FLAVOR_UNKNOWN:
         unread.append("kernel module flavour unknown")
     for line in unread:
         print("UNREAD:", line)

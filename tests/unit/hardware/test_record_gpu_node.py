@@ -29,3 +29,7 @@ def test_recorder_saves_outputs_and_parses_them(tmp_path: Path) -> None:
     saved = {p.name for p in tmp_path.iterdir()}
     assert any(name.startswith("nvidia-smi-topo") for name in saved)
     assert any(name.startswith("nvidia-smi-query-gpu") for name in saved)
+    assert "journalctl-k-b-no-pager-q.txt" in saved
+    assert "libcuda-cuDriverGetVersion.txt" in saved
+    assert report["driver"]["driver_version"] == "580.95.05"
+    assert report["facts"]["kernel_log"]["source"] == "journalctl -k -b --no-pager -q"

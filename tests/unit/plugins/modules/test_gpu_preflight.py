@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_facts
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_driver
 from ansible_collections.gpuserve.vllm.plugins.modules import gpu_preflight
 
 from module_runner import run_module_main
@@ -43,7 +44,7 @@ def node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> t.Callable[..., dic
         monkeypatch.setenv("GPU_NODE_DOUBLE_FIXTURES", str(FIXTURES))
         for key, value in env.items():
             monkeypatch.setenv("GPU_NODE_DOUBLE_" + key.upper(), value)
-        files = {_gpu_facts.CMDLINE_FILE: cmdline, _gpu_facts.DRIVER_VERSION_FILE: proc_version}
+        files = {_gpu_facts.CMDLINE_FILE: cmdline, _nvidia_driver.DRIVER_VERSION_FILE: proc_version}
 
         def reader(path: str) -> str | None:
             name = files.get(path)
@@ -66,6 +67,8 @@ def test_healthy_node_passes(node: t.Callable[..., dict[str, t.Any]]) -> None:
     assert result["acs"]["checked"] is True
     assert result["problems"] == [] and result["advisories"] == []
     assert result["rehearsal"] is False
+    assert result["kernel_log"]["source"] == "journalctl -k -b --no-pager -q"
+    assert (result["cuda_version"], result["cuda_version_exact"]) == ("13.0", False)  # no libcuda here
     json.dumps(result)  # what Ansible sends back must be JSON
 
 
@@ -112,3 +115,39 @@ def test_kernel_command_line_clears_the_acs_risk(node: t.Callable[..., dict[str,
                   cmdline="proc-cmdline-iommu-pt.txt")
     assert result["failed"] is False
     assert result["acs_p2p_risk"] is False
+
+
+def test_mig_on_all_gpus_is_refused_until_allowed(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(RTX_PRO_6000, query="nvidia-smi-query-8gpu-mig-enabled.csv")
+    assert result["failed"] is True
+    assert [p["option"] for p in result["problems"]] == ["allow_mig"]
+    assert result["mig_enabled_gpus"] == list(range(8))
+    assert node(dict(RTX_PRO_6000, allow_mig=True), query="nvidia-smi-query-8gpu-mig-enabled.csv")["failed"] is False
+
+
+def test_proprietary_module_behind_no_devices(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(dict(RTX_PRO_6000, require_gpu=False), smi_fail="nvidia-smi-no-devices.txt", smi_rc="6",
+                  license="modinfo-license-proprietary.txt", journal="kernel-log-dmesg-open-required.txt")
+    assert result["failed"] is True  # not a silent rehearsal
+    assert [p["code"] for p in result["problems"]] == ["kernel_module"]
+    assert "requires use of the NVIDIA open kernel modules" in result["msg"]
+    assert len(result["pci_nvidia_gpus"]) == 8
+
+
+def test_xid79_in_this_boot_is_refused(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(RTX_PRO_6000, query="nvidia-smi-query-7gpu.csv", journal="journal-k-xid79-gpu-84.txt")
+    assert [p["code"] for p in result["problems"]] == ["gpu_count", "xid"]
+    (event,) = result["kernel_log"]["xid_events"]
+    assert (event["xid"], event["bus_id"], event["fatal"]) == (79, "0000:84:00", True)
+
+
+def test_journal_without_kernel_messages_falls_back_to_dmesg(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(RTX_PRO_6000, journal="journal-k-no-entries.txt", dmesg="kernel-log-xid79-line.txt")
+    assert result["kernel_log"]["source"] == "dmesg"
+    assert [p["code"] for p in result["problems"]] == ["xid"]
+
+
+def test_one_gpu_in_an_error_state(node: t.Callable[..., dict[str, t.Any]]) -> None:
+    result = node(RTX_PRO_6000, query="nvidia-smi-query-8gpu-gpu5-requires-reset.csv")
+    assert "GPU5 (00000000:84:00.0) is in an error state: nvidia-smi reads pstate=[GPU requires reset]" in result["msg"]
+    assert result["gpus"][5]["errors"] == {"pstate": "[GPU requires reset]"}
