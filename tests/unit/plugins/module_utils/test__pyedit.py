@@ -9,6 +9,9 @@ import typing as t
 import pytest
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _pyedit as pe
+from ansible_collections.gpuserve.vllm.plugins.module_utils._pyedit import _element, _member
+from ansible_collections.gpuserve.vllm.plugins.module_utils._pyedit._apply import _apply_in_turn
+from ansible_collections.gpuserve.vllm.plugins.module_utils._pyedit._source import _parse_doc
 
 PATH = "pkg/mod.py"
 
@@ -307,7 +310,7 @@ def test_apply(source: str, edits: t.List[t.Dict[str, t.Any]], expected: str) ->
 @pytest.mark.parametrize("source, edits, expected", APPLY_CASES)
 def test_all_at_once_equals_one_by_one(source: str, edits: t.List[t.Dict[str, t.Any]], expected: str) -> None:
     """apply_edits splices independent edits in one go; the text must be what edit-by-edit gives."""
-    doc, results = pe._apply_in_turn(pe._parse_doc(source), pe.parse_edits(edits), PATH)
+    doc, results = _apply_in_turn(_parse_doc(source), pe.parse_edits(edits), PATH)
     assert doc.text == expected
     assert tuple(results) == apply(source, edits).results
 
@@ -486,13 +489,13 @@ def test_syntax_error_before_editing_names_line_and_text() -> None:
 
 
 def test_verification_catches_a_splice_that_does_not_parse(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pe, "_reindent", lambda source, indent, unit: [indent + "def broken(:"])
+    monkeypatch.setattr(_member, "_reindent", lambda source, indent, unit: [indent + "def broken(:"])
     with pytest.raises(pe.VerificationError, match="the edited source does not parse"):
         apply("class A:\n    x = 1\n", [member("A", "y = 2")])
 
 
 def test_verification_catches_a_splice_without_the_change(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pe, "_render_value", lambda value, quote: '"something else"')
+    monkeypatch.setattr(_element, "_render_value", lambda value, quote: '"something else"')
     with pytest.raises(pe.VerificationError, match="does not show the intended change") as info:
         apply('x = ["a"]\n', [element("", "x", "b")])
     assert str(info.value).startswith(f"{PATH}: edit 'edits[0]' (element): ")
