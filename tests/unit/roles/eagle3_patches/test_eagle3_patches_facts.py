@@ -1,4 +1,4 @@
-"""The role's facts script (roles/eagle3_patches/files/vllm_eagle3_facts.py) as tables.
+"""The eagle3 facts logic (plugins/module_utils/_eagle3_facts.py) as tables.
 
 AST facts are read from the real wheels' files; the decision is a pure function of the facts,
 tested with one row per situation an operator meets.
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import eagle3_checks as ec
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _eagle3_facts as facts_script
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _patchfiles as pf
 
-facts_script = ec.load_facts_script()
+from tests.support import eagle3_checks as ec
 
 SHAPE_FILES = (ec.DEEPSEEK, ec.KIMI, ec.SPECULATIVE, ec.EAGLE, "v1/spec_decode/llm_base_proposer.py")
 
@@ -134,31 +135,6 @@ def test_allow_list_coverage(model_types: t.List[str], values: t.List[str],
     assert facts_script.covered(model_types, values) == missing
 
 
-class _Hash(t.NamedTuple):
-    mode: str
-    value: str
-
-
-class _Entry(str):
-    hash: _Hash | None
-
-
-class _Dist:
-    """Test double of importlib.metadata.Distribution: files with RECORD hashes."""
-
-    def __init__(self, root: Path, hashes: t.Mapping[str, bytes | None]) -> None:
-        self.root = root
-        self.files = []
-        for rel, data in hashes.items():
-            entry = _Entry("vllm/" + rel)
-            entry.hash = None if data is None else _Hash("sha256", base64.urlsafe_b64encode(
-                hashlib.sha256(data).digest()).decode().rstrip("="))
-            self.files.append(entry)
-
-    def locate_file(self, entry: str) -> Path:
-        return self.root / entry
-
-
 def test_file_states(tmp_path: Path) -> None:
     pkg = tmp_path / "vllm"
     pkg.mkdir()
@@ -166,21 +142,24 @@ def test_file_states(tmp_path: Path) -> None:
                        "c.py": b"C = 3  # sed\n", "d.py": b"D = 4\n", "f.py": b"F = 9  # sed\n"
                        }.items():
         (pkg / name).write_bytes(data)
-    dist = _Dist(tmp_path, {"a.py": b"A = 1\n", "b.py": b"B = 2\n", "c.py": b"C = 3\n",
-                            "d.py": None, "f.py": b"F = 9\n"})
-
     def sha(data: bytes) -> str:
         return hashlib.sha256(data).hexdigest()
 
+    wheel = {"a.py": b"A = 1\n", "b.py": b"B = 2\n", "c.py": b"C = 3\n", "f.py": b"F = 9\n"}
+    hashes = {str(pkg / name): sha(data) for name, data in wheel.items()}  # d.py: not in RECORD
+
+    def record(name: str, original: bytes, written: bytes, json_path: str) -> pf.Record:
+        return pf.Record(path=str(pkg / name), sha256_original=sha(original),
+                         sha256_written=sha(written), edits=[], timestamp="", json_path=json_path,
+                         orig_path=json_path + ".orig")
+
     records = {
-        str(pkg / "b.py"): {"sha256_original": sha(b"B = 2\n"),
-                            "sha256_written": sha(b"B = 2  # patched\n"), "record_file": "r"},
+        str(pkg / "b.py"): record("b.py", b"B = 2\n", b"B = 2  # patched\n", "r"),
         # python_patch wrote f.py, but over bytes that were not the wheel's: still foreign
-        str(pkg / "f.py"): {"sha256_original": sha(b"F = 8\n"),
-                            "sha256_written": sha(b"F = 9  # sed\n"), "record_file": "r2"},
+        str(pkg / "f.py"): record("f.py", b"F = 8\n", b"F = 9  # sed\n", "r2"),
     }
-    states = facts_script.file_states(dist, str(pkg), ["a.py", "b.py", "c.py", "d.py", "e.py",
-                                                       "f.py"], records)
+    states = facts_script.file_states(str(pkg), ["a.py", "b.py", "c.py", "d.py", "e.py", "f.py"],
+                                      hashes, records)
     assert {k: v["state"] for k, v in states.items()} == {
         "a.py": "pristine", "b.py": "patched", "c.py": "modified", "d.py": "unverified",
         "e.py": "missing", "f.py": "modified"}
