@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
+import sys
 import typing as t
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils import _eagle3_facts
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _patchfiles as pf
 
 from tests.support import eagle3_checks as ec
+from tests.support.vllm_wheels import wheel_file
 
 SHAPE_FILES = (ec.DEEPSEEK, ec.KIMI, ec.SPECULATIVE, ec.EAGLE, "v1/spec_decode/llm_base_proposer.py")
 
@@ -178,3 +181,90 @@ def test_record_hex() -> None:
     ("garbage", None), (None, None)])
 def test_parse_version(text: str | None, expected: t.Any) -> None:
     assert facts_script.parse_version(text) == expected
+
+
+@pytest.mark.parametrize("config, expected", [
+    (None, ["kimi_k2", "deepseek_v3"]),  # no checkpoint config: the defaults
+    ({"model_type": "kimi_k25", "text_config": {"model_type": "kimi_k2"}}, ["kimi_k2"]),
+    ({"model_type": "kimi_k25", "text_config": {"hidden_size": 7168}}, ["deepseek_v3"]),
+    ({"model_type": "kimi_k25"}, ["deepseek_v3"]),
+    ({"hidden_size": 7168}, ["deepseek_v3"]),
+    ({"model_type": "kimi_k2", "hidden_size": 7168}, ["kimi_k2"]),  # its own text config
+])
+def test_model_types(config: t.Any, expected: t.List[str]) -> None:
+    assert facts_script.model_types(config, ["kimi_k2", "deepseek_v3"]) == expected
+
+
+@pytest.mark.parametrize("config, words", [
+    (["not", "a", "mapping"], "expected a JSON object, found list"),
+    ({"text_config": {"model_type": None}}, "model_type must be a non-empty string, got None"),
+    ({"model_type": ""}, "non-empty string"),
+])
+def test_model_types_bad_config(config: t.Any, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        facts_script.model_types(config, ["kimi_k2"])
+
+
+def _site(tmp_path: Path, version: str) -> Path:
+    """A site directory with the real wheel's dist-info and the patch set's files."""
+    site = tmp_path / "site"
+    for member in ("METADATA", "RECORD"):
+        target = site / ("vllm-%s.dist-info" % version) / member
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(wheel_file(version, "vllm-%s.dist-info/%s" % (version, member)))
+    for rel in ec.PATCHED_FILES:
+        (site / "vllm" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / "vllm" / rel).write_bytes(ec.wheel_source(version, rel))
+    (site / "vllm" / "__init__.py").write_bytes(ec.wheel_source(version, "__init__.py"))
+    return site
+
+
+def _locate(site: Path | None, rels: t.Sequence[str]) -> t.Dict[str, t.Any]:
+    """LOCATE_SCRIPT under a real interpreter, with `site` first on its path."""
+    boot = "import sys; sys.path[:0] = %r; exec(compile(%r, 'locate', 'exec'))" % (
+        [str(site)] if site else [], facts_script.LOCATE_SCRIPT)
+    proc = subprocess.run([sys.executable, "-I", "-c", boot, *rels], capture_output=True,
+                          text=True, check=True)
+    return facts_script.parse_locate_output(proc.stdout)
+
+
+def test_locate_and_gather_with_the_real_record(tmp_path: Path) -> None:
+    site = _site(tmp_path, "0.17.0")
+    spec = site / "vllm" / ec.SPECULATIVE
+    spec.write_bytes(spec.read_bytes() + b"# hand edit\n")
+    located = _locate(site, list(ec.PATCHED_FILES) + ["no/such.py"])
+    assert located["installed"] and located["version"] == "0.17.0"
+    assert located["package_dir"] == str((site / "vllm").resolve())
+    assert set(located["record"]) == {str((site / "vllm" / rel).resolve()) for rel in ec.PATCHED_FILES}
+    facts = facts_script.gather(located, list(ec.PATCHED_FILES) + ["no/such.py"], None)
+    states = {rel: info["state"] for rel, info in facts["files"].items()}
+    assert states == {ec.DEEPSEEK: "pristine", ec.KIMI: "pristine", ec.SPECULATIVE: "modified",
+                      ec.EAGLE: "pristine", "no/such.py": "missing"}
+    assert facts["shape"]["kimi_wrapper"] == "registered"
+
+
+def test_locate_without_vllm(tmp_path: Path) -> None:
+    located = _locate(tmp_path, [ec.KIMI])  # the test interpreter has no vllm distribution
+    assert located["installed"] is False and located["record"] == {}
+    facts = facts_script.gather(located, [ec.KIMI], None)
+    assert facts["installed"] is False and facts["files"] == {}
+    assert facts_script.decide(dict(facts, python="/x"), False, ["kimi_k2"])[0] == "refuse"
+
+
+@pytest.mark.parametrize("text", ["", "Traceback...\n", "[1, 2]\n", '{"installed": true}\n'])
+def test_parse_locate_output_refuses_other_output(text: str) -> None:
+    with pytest.raises(ValueError):
+        facts_script.parse_locate_output(text)
+
+
+def test_records_are_read_through_patchfiles(tmp_path: Path) -> None:
+    """A record python_patch's file layer wrote is found; a broken one counts as none."""
+    state = tmp_path / "state"
+    good, broken = str(tmp_path / "a.py"), str(tmp_path / "b.py")
+    pf.save_record(str(state), good, b"A = 1\n", b"A = 2\n", [{"id": "x", "kind": "replace"}])
+    pf.save_record(str(state), broken, b"B = 1\n", b"B = 2\n", [])
+    Path(pf.record_paths(str(state), broken)[0]).write_text("{not json")
+    found = facts_script.records(str(state), [good, broken, str(tmp_path / "c.py")])
+    assert list(found) == [good]
+    assert found[good].sha256_written == hashlib.sha256(b"A = 2\n").hexdigest()
+    assert facts_script.records(None, [good]) == {}
