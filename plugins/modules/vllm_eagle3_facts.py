@@ -64,16 +64,18 @@ options:
     default: false
 author:
   - gpuserve maintainers (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.vllm.attributes
 attributes:
   check_mode:
     support: full
-    description: Read-only; runs the same in check mode.
+    details: Reads only, in check mode as well.
   diff_mode:
     support: none
-    description: Changes nothing, so there is no diff.
   idempotent:
     support: full
-    description: Read-only.
+  platform:
+    platforms: posix
 notes:
   - No GPU is needed or used; the facts come from files only.
 seealso:

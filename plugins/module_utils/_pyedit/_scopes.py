@@ -59,30 +59,28 @@ def _find_scope(doc: _Doc, dotted: str) -> ast.AST:
     """The module, class or function named by a dotted path (empty = the module)."""
     node: ast.AST = doc.tree
     for part in dotted.split(".") if dotted else []:
-        defs = _defs_in(node.body)
-        found = [d for d in defs if d.name == part]
-        if not found:
-            raise _Missing(f"'{part}' not found in {_describe(node)}; defined there: "
-                           f"{_name_list([d.name for d in defs])}")
-        if len(found) > 1:
-            raise AmbiguousTargetError(f"'{part}' is defined {len(found)} times in {_describe(node)}, "
-                                       f"at lines {_line_list(found)}")
-        node = found[0]
+        node = _one_named(_defs_in(node.body), part, node, "")
     return node
 
 
 def _find_class(doc: _Doc, dotted: str) -> ast.ClassDef:
     outer, name = dotted.rpartition(".")[::2]
     scope = _find_scope(doc, outer)
-    defs = _defs_in(scope.body)
-    classes = [d for d in defs if isinstance(d, ast.ClassDef)]
-    found = [c for c in classes if c.name == name]
+    classes = [d for d in _defs_in(scope.body) if isinstance(d, ast.ClassDef)]
+    return _one_named(classes, name, scope, "class")
+
+
+def _one_named(candidates: t.List[ast.stmt], name: str, scope: ast.AST, kind: str) -> t.Any:
+    """The one candidate called name; none is _Missing (listing what is there), several ambiguous."""
+    found = [d for d in candidates if d.name == name]
+    what = f"{kind} '{name}'".lstrip()
     if not found:
-        raise _Missing(f"class '{name}' not found in {_describe(scope)}; classes defined there: "
-                       f"{_name_list([c.name for c in classes])}")
+        listed = "classes defined there" if kind == "class" else "defined there"
+        raise _Missing(f"{what} not found in {_describe(scope)}; {listed}: "
+                       f"{_name_list([d.name for d in candidates])}")
     if len(found) > 1:
-        raise AmbiguousTargetError(f"class '{name}' is defined {len(found)} times in "
-                                   f"{_describe(scope)}, at lines {_line_list(found)}")
+        raise AmbiguousTargetError(f"{what} is defined {len(found)} times in {_describe(scope)}, "
+                                   f"at lines {_line_list(found)}")
     return found[0]
 
 
