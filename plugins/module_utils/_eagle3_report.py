@@ -69,8 +69,8 @@ def summary(action: str, facts: t.Mapping[str, t.Any], statuses: t.Sequence[str]
         detail = "%s %s" % (facts["message"], "; ".join(facts["reasons"]))
     else:
         detail = facts["message"]
-    return "eagle3_patches: vLLM %s (%s): %s: %s" % (facts["version"], facts["package_dir"],
-                                                   action.upper(), detail)
+    where = "vLLM %s (%s)" % (facts["version"], facts["package_dir"])
+    return "eagle3_patches: %s: %s: %s" % (where, action.upper(), detail)
 
 
 def report(facts: t.Mapping[str, t.Any], *, state: str, python: str,

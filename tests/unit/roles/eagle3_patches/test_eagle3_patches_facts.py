@@ -145,6 +145,7 @@ def test_file_states(tmp_path: Path) -> None:
                        "c.py": b"C = 3  # sed\n", "d.py": b"D = 4\n", "f.py": b"F = 9  # sed\n"
                        }.items():
         (pkg / name).write_bytes(data)
+
     def sha(data: bytes) -> str:
         return hashlib.sha256(data).hexdigest()
 
