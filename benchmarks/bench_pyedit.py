@@ -23,10 +23,12 @@ from tests.support.vllm_wheels import wheel_file  # noqa: E402
 
 
 def load_engine() -> t.Any:
-    """Load _pyedit by path: the benchmark needs no ansible_collections tree."""
-    spec = importlib.util.spec_from_file_location("_pyedit", REPO / "plugins/module_utils/_pyedit.py")
+    """Load the _pyedit package by path: the benchmark needs no ansible_collections tree."""
+    package = REPO / "plugins/module_utils/_pyedit"
+    spec = importlib.util.spec_from_file_location("_pyedit", package / "__init__.py",
+                                                  submodule_search_locations=[str(package)])
     module = importlib.util.module_from_spec(spec)
-    sys.modules["_pyedit"] = module  # dataclasses look their module up while the class is built
+    sys.modules["_pyedit"] = module  # its relative imports and dataclasses look it up by name
     spec.loader.exec_module(module)
     return module
 

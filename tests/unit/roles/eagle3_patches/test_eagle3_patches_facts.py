@@ -1,4 +1,4 @@
-"""The role's facts script (roles/eagle3_patches/files/vllm_eagle3_facts.py) as tables.
+"""The eagle3 facts logic (plugins/module_utils/_eagle3_facts.py) as tables.
 
 AST facts are read from the real wheels' files; the decision is a pure function of the facts,
 tested with one row per situation an operator meets.
@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
+import sys
 import typing as t
 from pathlib import Path
 
 import pytest
 
-import eagle3_checks as ec
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _eagle3_facts as facts_script
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _patchfiles as pf
 
-facts_script = ec.load_facts_script()
+from tests.support import eagle3_checks as ec
+from tests.support.vllm_wheels import wheel_file
 
 SHAPE_FILES = (ec.DEEPSEEK, ec.KIMI, ec.SPECULATIVE, ec.EAGLE, "v1/spec_decode/llm_base_proposer.py")
 
@@ -134,31 +138,6 @@ def test_allow_list_coverage(model_types: t.List[str], values: t.List[str],
     assert facts_script.covered(model_types, values) == missing
 
 
-class _Hash(t.NamedTuple):
-    mode: str
-    value: str
-
-
-class _Entry(str):
-    hash: _Hash | None
-
-
-class _Dist:
-    """Test double of importlib.metadata.Distribution: files with RECORD hashes."""
-
-    def __init__(self, root: Path, hashes: t.Mapping[str, bytes | None]) -> None:
-        self.root = root
-        self.files = []
-        for rel, data in hashes.items():
-            entry = _Entry("vllm/" + rel)
-            entry.hash = None if data is None else _Hash("sha256", base64.urlsafe_b64encode(
-                hashlib.sha256(data).digest()).decode().rstrip("="))
-            self.files.append(entry)
-
-    def locate_file(self, entry: str) -> Path:
-        return self.root / entry
-
-
 def test_file_states(tmp_path: Path) -> None:
     pkg = tmp_path / "vllm"
     pkg.mkdir()
@@ -166,21 +145,25 @@ def test_file_states(tmp_path: Path) -> None:
                        "c.py": b"C = 3  # sed\n", "d.py": b"D = 4\n", "f.py": b"F = 9  # sed\n"
                        }.items():
         (pkg / name).write_bytes(data)
-    dist = _Dist(tmp_path, {"a.py": b"A = 1\n", "b.py": b"B = 2\n", "c.py": b"C = 3\n",
-                            "d.py": None, "f.py": b"F = 9\n"})
 
     def sha(data: bytes) -> str:
         return hashlib.sha256(data).hexdigest()
 
+    wheel = {"a.py": b"A = 1\n", "b.py": b"B = 2\n", "c.py": b"C = 3\n", "f.py": b"F = 9\n"}
+    hashes = {str(pkg / name): sha(data) for name, data in wheel.items()}  # d.py: not in RECORD
+
+    def record(name: str, original: bytes, written: bytes, json_path: str) -> pf.Record:
+        return pf.Record(path=str(pkg / name), sha256_original=sha(original),
+                         sha256_written=sha(written), edits=[], timestamp="", json_path=json_path,
+                         orig_path=json_path + ".orig")
+
     records = {
-        str(pkg / "b.py"): {"sha256_original": sha(b"B = 2\n"),
-                            "sha256_written": sha(b"B = 2  # patched\n"), "record_file": "r"},
+        str(pkg / "b.py"): record("b.py", b"B = 2\n", b"B = 2  # patched\n", "r"),
         # python_patch wrote f.py, but over bytes that were not the wheel's: still foreign
-        str(pkg / "f.py"): {"sha256_original": sha(b"F = 8\n"),
-                            "sha256_written": sha(b"F = 9  # sed\n"), "record_file": "r2"},
+        str(pkg / "f.py"): record("f.py", b"F = 8\n", b"F = 9  # sed\n", "r2"),
     }
-    states = facts_script.file_states(dist, str(pkg), ["a.py", "b.py", "c.py", "d.py", "e.py",
-                                                       "f.py"], records)
+    states = facts_script.file_states(str(pkg), ["a.py", "b.py", "c.py", "d.py", "e.py", "f.py"],
+                                      hashes, records)
     assert {k: v["state"] for k, v in states.items()} == {
         "a.py": "pristine", "b.py": "patched", "c.py": "modified", "d.py": "unverified",
         "e.py": "missing", "f.py": "modified"}
@@ -199,3 +182,90 @@ def test_record_hex() -> None:
     ("garbage", None), (None, None)])
 def test_parse_version(text: str | None, expected: t.Any) -> None:
     assert facts_script.parse_version(text) == expected
+
+
+@pytest.mark.parametrize("config, expected", [
+    (None, ["kimi_k2", "deepseek_v3"]),  # no checkpoint config: the defaults
+    ({"model_type": "kimi_k25", "text_config": {"model_type": "kimi_k2"}}, ["kimi_k2"]),
+    ({"model_type": "kimi_k25", "text_config": {"hidden_size": 7168}}, ["deepseek_v3"]),
+    ({"model_type": "kimi_k25"}, ["deepseek_v3"]),
+    ({"hidden_size": 7168}, ["deepseek_v3"]),
+    ({"model_type": "kimi_k2", "hidden_size": 7168}, ["kimi_k2"]),  # its own text config
+])
+def test_model_types(config: t.Any, expected: t.List[str]) -> None:
+    assert facts_script.model_types(config, ["kimi_k2", "deepseek_v3"]) == expected
+
+
+@pytest.mark.parametrize("config, words", [
+    (["not", "a", "mapping"], "expected a JSON object, found list"),
+    ({"text_config": {"model_type": None}}, "model_type must be a non-empty string, got None"),
+    ({"model_type": ""}, "non-empty string"),
+])
+def test_model_types_bad_config(config: t.Any, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        facts_script.model_types(config, ["kimi_k2"])
+
+
+def _site(tmp_path: Path, version: str) -> Path:
+    """A site directory with the real wheel's dist-info and the patch set's files."""
+    site = tmp_path / "site"
+    for member in ("METADATA", "RECORD"):
+        target = site / ("vllm-%s.dist-info" % version) / member
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(wheel_file(version, "vllm-%s.dist-info/%s" % (version, member)))
+    for rel in ec.PATCHED_FILES:
+        (site / "vllm" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / "vllm" / rel).write_bytes(ec.wheel_source(version, rel))
+    (site / "vllm" / "__init__.py").write_bytes(ec.wheel_source(version, "__init__.py"))
+    return site
+
+
+def _locate(site: Path | None, rels: t.Sequence[str]) -> t.Dict[str, t.Any]:
+    """LOCATE_SCRIPT under a real interpreter, with `site` first on its path."""
+    boot = "import sys; sys.path[:0] = %r; exec(compile(%r, 'locate', 'exec'))" % (
+        [str(site)] if site else [], facts_script.LOCATE_SCRIPT)
+    proc = subprocess.run([sys.executable, "-I", "-c", boot, *rels], capture_output=True,
+                          text=True, check=True)
+    return facts_script.parse_locate_output(proc.stdout)
+
+
+def test_locate_and_gather_with_the_real_record(tmp_path: Path) -> None:
+    site = _site(tmp_path, "0.17.0")
+    spec = site / "vllm" / ec.SPECULATIVE
+    spec.write_bytes(spec.read_bytes() + b"# hand edit\n")
+    located = _locate(site, list(ec.PATCHED_FILES) + ["no/such.py"])
+    assert located["installed"] and located["version"] == "0.17.0"
+    assert located["package_dir"] == str((site / "vllm").resolve())
+    assert set(located["record"]) == {str((site / "vllm" / rel).resolve()) for rel in ec.PATCHED_FILES}
+    facts = facts_script.gather(located, list(ec.PATCHED_FILES) + ["no/such.py"], None)
+    states = {rel: info["state"] for rel, info in facts["files"].items()}
+    assert states == {ec.DEEPSEEK: "pristine", ec.KIMI: "pristine", ec.SPECULATIVE: "modified",
+                      ec.EAGLE: "pristine", "no/such.py": "missing"}
+    assert facts["shape"]["kimi_wrapper"] == "registered"
+
+
+def test_locate_without_vllm(tmp_path: Path) -> None:
+    located = _locate(tmp_path, [ec.KIMI])  # the test interpreter has no vllm distribution
+    assert located["installed"] is False and located["record"] == {}
+    facts = facts_script.gather(located, [ec.KIMI], None)
+    assert facts["installed"] is False and facts["files"] == {}
+    assert facts_script.decide(dict(facts, python="/x"), False, ["kimi_k2"])[0] == "refuse"
+
+
+@pytest.mark.parametrize("text", ["", "Traceback...\n", "[1, 2]\n", '{"installed": true}\n'])
+def test_parse_locate_output_refuses_other_output(text: str) -> None:
+    with pytest.raises(ValueError):
+        facts_script.parse_locate_output(text)
+
+
+def test_records_are_read_through_patchfiles(tmp_path: Path) -> None:
+    """A record python_patch's file layer wrote is found; a broken one counts as none."""
+    state = tmp_path / "state"
+    good, broken = str(tmp_path / "a.py"), str(tmp_path / "b.py")
+    pf.save_record(str(state), good, b"A = 1\n", b"A = 2\n", [{"id": "x", "kind": "replace"}])
+    pf.save_record(str(state), broken, b"B = 1\n", b"B = 2\n", [])
+    Path(pf.record_paths(str(state), broken)[0]).write_text("{not json")
+    found = facts_script.records(str(state), [good, broken, str(tmp_path / "c.py")])
+    assert list(found) == [good]
+    assert found[good].sha256_written == hashlib.sha256(b"A = 2\n").hexdigest()
+    assert facts_script.records(None, [good]) == {}

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _pyedit as pe
 
-import eagle3_checks as ec
+from tests.support import eagle3_checks as ec
 
 OTHER_LIST = {  # the allow-list name each release does NOT have -> that edit is skipped
     "0.16.0": "allowlist-aux-hidden-states-supported",

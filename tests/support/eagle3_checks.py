@@ -7,7 +7,6 @@ code with what upstream vLLM 0.18.0 itself shipped, read from the real 0.18.0 wh
 from __future__ import annotations
 
 import ast
-import importlib.util
 import typing as t
 from pathlib import Path
 
@@ -15,9 +14,8 @@ import yaml
 
 from tests.support.vllm_wheels import wheel_file
 
-REPO = Path(__file__).resolve().parents[4]
+REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "eagle3_patches"
-FACTS_SCRIPT = ROLE / "files" / "vllm_eagle3_facts.py"
 
 DEEPSEEK = "model_executor/models/deepseek_v2.py"
 KIMI = "model_executor/models/kimi_k25.py"
@@ -25,15 +23,6 @@ SPECULATIVE = "config/speculative.py"
 EAGLE = "v1/spec_decode/eagle.py"
 PATCHED_FILES = (DEEPSEEK, KIMI, SPECULATIVE, EAGLE)
 DEFAULT_TYPES = ("kimi_k2", "deepseek_v3")
-
-
-def load_facts_script() -> t.Any:
-    """The role's facts script as a module (it is stdlib-only and has no side effects)."""
-    spec = importlib.util.spec_from_file_location("vllm_eagle3_facts", FACTS_SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def patchset(model_types: t.Sequence[str] = DEFAULT_TYPES) -> t.List[t.Dict[str, t.Any]]:

@@ -1,29 +1,26 @@
+# Private to the gpuserve.vllm collection: not a public API, may change without notice.
 """What the installed vLLM needs for EAGLE-3 with a Kimi-K2.5 target, decided without importing it.
 
-Run by the eagle3_patches role with the ml-env interpreter (``eagle3_patches_python``), because
-only that interpreter sees the vLLM installation: a module would run under
-``ansible_python_interpreter`` instead. Importing vLLM would pull in torch and CUDA, so this reads
-``importlib.metadata`` (version, RECORD hashes), ``importlib.util.find_spec`` (package directory,
-no import) and the source files' AST. Stdlib only, Python 3.9+. Prints one JSON object.
+Why this shape: only the ml-env interpreter sees the vLLM installation, and importing vLLM would
+pull in torch and CUDA. So LOCATE_SCRIPT runs under that interpreter and reports the version,
+package directory and RECORD hashes from ``importlib.metadata`` / ``find_spec`` (no import);
+everything else here (AST facts of the source, file states against python_patch's records, the
+decision) is pure functions used by the vllm_eagle3_facts module and the tests.
 
 The decision (``action``: refuse | patch | native) comes from what the source contains; the
-version is a cross-check. See roles/eagle3_patches/README.md for the rules.
+version is a cross-check. Stdlib only, Python 3.9+, no Ansible imports.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import base64
-import glob
-import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import re
-import sys
 import typing as t
+
+from . import _patchfiles as pf
 
 # Files whose shape decides the action, relative to the vllm package directory.
 DEEPSEEK = "model_executor/models/deepseek_v2.py"
@@ -34,6 +31,41 @@ ALLOW_LIST_NAMES = ("eagle3_target_supported", "aux_hidden_states_supported")
 SUPPORTED = ("vLLM 0.16.x/0.17.x with this role's patches, or vLLM >= 0.18 "
              "(EAGLE-3 for Kimi-K2.5 is native there)")
 
+# Runs as `<ml-env python> -I -c LOCATE_SCRIPT <file relative to vllm/>...`; prints one JSON line.
+# find_spec of a top-level name locates the package without importing it.
+LOCATE_SCRIPT = r"""
+import json, os, sys
+from importlib import metadata, util
+out = {"python": sys.executable, "python_version": sys.version.split()[0], "installed": False,
+       "version": None, "package_dir": None, "dist_info": None, "record": {}}
+try:
+    dist = metadata.distribution("vllm")
+except metadata.PackageNotFoundError:
+    dist = None
+spec = util.find_spec("vllm") if dist is not None else None
+if spec is not None and spec.submodule_search_locations:
+    pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
+    wanted = set(os.path.realpath(os.path.join(pkg, rel)) for rel in sys.argv[1:])
+    for entry in dist.files or []:
+        path = os.path.realpath(str(dist.locate_file(entry)))
+        if path in wanted:
+            out["record"][path] = "%s=%s" % (entry.hash.mode, entry.hash.value) if entry.hash else None
+    out.update(installed=True, version=dist.version, package_dir=pkg,
+               dist_info=str(getattr(dist, "_path", "")) or None)
+print(json.dumps(out))
+"""
+
+
+def parse_locate_output(text: str) -> t.Dict[str, t.Any]:
+    """LOCATE_SCRIPT's answer (its last non-empty line); ValueError when it is not that."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("the interpreter printed nothing")
+    data = json.loads(lines[-1])
+    if not isinstance(data, dict) or "installed" not in data or not isinstance(data.get("record"), dict):
+        raise ValueError("not the locate script's JSON: %r" % lines[-1][:200])
+    return data
+
 
 def parse_version(text: str | None) -> t.Tuple[int, int, int] | None:
     """'0.17.1.dev3+gabc' -> (0, 17, 1); None when it does not start with digits."""
@@ -43,21 +75,34 @@ def parse_version(text: str | None) -> t.Tuple[int, int, int] | None:
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
-def sha256_file(path: str) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def record_hex(value: str) -> str | None:
+def record_hex(value: str | None) -> str | None:
     """RECORD's 'sha256=<urlsafe b64, unpadded>' value -> hex, None for other algorithms."""
-    algo, sep, b64 = value.partition("=")
+    algo, sep, b64 = (value or "").partition("=")
     if algo != "sha256" or not sep or not b64:
         return None
     return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
+
+
+def model_types(config: t.Mapping[str, t.Any] | None, defaults: t.Sequence[str]) -> t.List[str]:
+    """Allow-list entries for a checkpoint's config.json (None: no config, the defaults).
+
+    vLLM's test is ``entry in hf_text_config.model_type``: the checkpoint's text_config.model_type.
+    vLLM builds a Kimi-K2.5 text config as DeepseekV3Config, so a missing one means deepseek_v3;
+    a config without text_config is its own text config (model_type at the top level).
+    """
+    if config is None:
+        return list(defaults)
+    if not isinstance(config, dict):
+        raise ValueError("expected a JSON object, found %s" % type(config).__name__)
+    if "text_config" in config:
+        text_config = config["text_config"]
+        found = text_config.get("model_type", "deepseek_v3") if isinstance(text_config, dict) else None
+    else:
+        found = config.get("model_type", "kimi_k25")
+        found = "deepseek_v3" if found == "kimi_k25" else found
+    if not isinstance(found, str) or not found:
+        raise ValueError("model_type must be a non-empty string, got %r" % (found,))
+    return [found]
 
 
 # --------------------------------------------------------------------------- AST facts
@@ -65,8 +110,7 @@ def record_hex(value: str) -> str | None:
 
 def _parse(path: str) -> ast.Module | None:
     try:
-        with open(path, "rb") as handle:
-            return ast.parse(handle.read(), filename=path)
+        return ast.parse(pf.read_bytes(path), filename=path)
     except (OSError, SyntaxError, ValueError):
         return None
 
@@ -185,51 +229,63 @@ def markers(pkg: str) -> t.Tuple[t.Dict[str, bool], t.Dict[str, t.Any]]:
 # --------------------------------------------------------------------------- file states
 
 
-def python_patch_records(records_dir: str) -> t.Dict[str, t.Dict[str, t.Any]]:
-    """python_patch revert records (<state_dir>/records/*.json) by the real path they cover."""
-    out: t.Dict[str, t.Dict[str, t.Any]] = {}
-    for json_path in glob.glob(os.path.join(glob.escape(records_dir), "*.json")):
+def records(state_dir: str | None, paths: t.Iterable[str]) -> t.Dict[str, pf.Record]:
+    """python_patch's records for these real paths (read through _patchfiles); a record that
+    cannot be read counts as none, so the file is judged by its hash alone."""
+    out = {}
+    for path in paths if state_dir else ():
         try:
-            with open(json_path, "r", encoding="utf-8") as handle:
-                data = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("path"), str):
-            data["record_file"] = json_path
-            out[data["path"]] = data
+            record = pf.load_record(state_dir, path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            record = None
+        if record is not None:
+            out[path] = record
     return out
 
 
-def file_states(dist: t.Any, pkg: str, rels: t.Sequence[str],
-                records: t.Mapping[str, t.Mapping[str, t.Any]]) -> t.Dict[str, t.Dict[str, t.Any]]:
+def file_states(pkg: str, rels: t.Sequence[str], record_hashes: t.Mapping[str, str | None],
+                patch_records: t.Mapping[str, pf.Record]) -> t.Dict[str, t.Dict[str, t.Any]]:
     """Per file: pristine (RECORD hash), patched (what python_patch wrote over the pristine
-    bytes), modified (anything else), unverified (no RECORD hash) or missing."""
-    hashes: t.Dict[str, str | None] = {}
-    for entry in (dist.files or []) if dist is not None else []:
-        located = os.path.realpath(str(dist.locate_file(entry)))
-        hashes[located] = record_hex(f"{entry.hash.mode}={entry.hash.value}") if entry.hash else None
+    bytes), modified (anything else), unverified (no RECORD hash) or missing.
+
+    record_hashes: real path -> hex sha256 from the wheel's RECORD.
+    """
     out = {}
     for rel in rels:
         path = os.path.realpath(os.path.join(pkg, rel))
         info: t.Dict[str, t.Any] = {"path": path, "sha256": None,
-                                    "record_sha256": hashes.get(path), "state": "missing"}
+                                    "record_sha256": record_hashes.get(path), "state": "missing"}
         if os.path.isfile(path):
-            info["sha256"] = sha256_file(path)
-            rec = records.get(path)
+            info["sha256"] = pf.sha256_bytes(pf.read_bytes(path))
+            rec = patch_records.get(path)
+            wrote_it = rec is not None and rec.sha256_written == info["sha256"]
             if info["record_sha256"] is None:
                 info["state"] = "unverified"
             elif info["sha256"] == info["record_sha256"]:
                 info["state"] = "pristine"
-            elif (rec and rec.get("sha256_written") == info["sha256"]
-                  and rec.get("sha256_original") == info["record_sha256"]):
-                info["state"] = "patched"
-                info["python_patch_record"] = rec.get("record_file")
             else:
-                info["state"] = "modified"
-                if rec and rec.get("sha256_written") == info["sha256"]:
-                    info["python_patch_record"] = rec.get("record_file")
+                own = wrote_it and rec.sha256_original == info["record_sha256"]
+                info["state"] = "patched" if own else "modified"
+                if wrote_it:
+                    info["python_patch_record"] = rec.json_path
         out[rel] = info
     return out
+
+
+def gather(located: t.Mapping[str, t.Any], rels: t.Sequence[str],
+           state_dir: str | None) -> t.Dict[str, t.Any]:
+    """All facts about the vllm distribution LOCATE_SCRIPT found (``located``)."""
+    facts: t.Dict[str, t.Any] = {key: located.get(key) for key in (
+        "python", "python_version", "installed", "version", "package_dir", "dist_info")}
+    facts.update(installed=bool(located.get("installed")), files={}, markers={}, shape={})
+    pkg = facts["package_dir"]
+    if not facts["installed"] or not pkg:
+        return facts
+    hashes = {path: record_hex(value) for path, value in located["record"].items()}
+    paths = [os.path.realpath(os.path.join(pkg, rel)) for rel in rels]
+    facts["files"] = file_states(pkg, rels, hashes, records(state_dir, paths))
+    facts["markers"], facts["shape"] = markers(pkg)
+    return facts
 
 
 # --------------------------------------------------------------------------- decision
@@ -318,44 +374,3 @@ def decide(facts: t.Dict[str, t.Any], allow_modified: bool,
         reasons.append("source lacks: %s" % ", ".join(missing))
     return "patch", reasons, "vLLM %s needs the EAGLE-3 patches for Kimi-K2.5 (%s)." % (
         version, "; ".join(reasons) if reasons else "nothing missing")
-
-
-def gather(rels: t.Sequence[str], records_dir: str | None) -> t.Dict[str, t.Any]:
-    """All facts about the vllm distribution visible to this interpreter."""
-    facts: t.Dict[str, t.Any] = {"python": sys.executable, "python_version": sys.version.split()[0],
-                                 "installed": False, "version": None, "package_dir": None,
-                                 "files": {}, "markers": {}, "shape": {}}
-    try:
-        dist = importlib.metadata.distribution("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return facts
-    spec = importlib.util.find_spec("vllm")  # top-level name: locates, does not import
-    if spec is None or not spec.submodule_search_locations:
-        return facts
-    pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
-    facts.update(installed=True, version=dist.version, package_dir=pkg,
-                 dist_info=str(getattr(dist, "_path", "")) or None)
-    records = python_patch_records(os.path.join(records_dir, "records")) if records_dir else {}
-    facts["files"] = file_states(dist, pkg, rels, records)
-    facts["markers"], facts["shape"] = markers(pkg)
-    return facts
-
-
-def main(argv: t.Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--file", dest="files", action="append", default=[],
-                        help="patch-set file relative to the vllm package (RECORD check)")
-    parser.add_argument("--state-dir", default=None, help="python_patch's state directory")
-    parser.add_argument("--model-type", dest="model_types", action="append", default=[])
-    parser.add_argument("--allow-modified", action="store_true")
-    args = parser.parse_args(argv)
-    facts = gather(args.files, args.state_dir)
-    action, reasons, message = decide(facts, args.allow_modified, args.model_types)
-    facts.update(action=action, reasons=reasons, message=message)
-    json.dump(facts, sys.stdout, indent=1, sort_keys=True)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.vllm_wheels import vllm_wheel
 
-import eagle3_checks as ec
+from tests.support import eagle3_checks as ec
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
                                 reason="needs ansible-playbook (source tests/env.sh)")
