@@ -203,7 +203,7 @@ def uv_environment(cache_dir: str = "", link_mode: str = "", native_tls: bool = 
 
 def _pip_dist(token: str) -> dict[str, str]:
     """'huggingface-hub-0.36.0' -> name huggingface-hub, version 0.36.0 (versions hold no '-')."""
-    name, _, version = token.rpartition("-")
+    name, version = token.rsplit("-", 1)
     return {"name": normalize_name(name), "version": version}
 
 
