@@ -17,18 +17,24 @@ if [ "${1:-}" = --destroy ]; then
   exit 0
 fi
 
+# Only ansible-core is needed on PATH (README "Quick start"); no test environment is sourced.
+# ansible.cfg makes this checkout gpuserve.vllm; containers.podman (the connection to the node)
+# comes from the PyPI `ansible` wheel, fetched once into ~/.cache/gpuserve.
+if ! command -v ansible-playbook >/dev/null; then
+  echo "rehearse: ansible-playbook not found on PATH. Install ansible-core, e.g." \
+    "python3 -m venv ~/ansible && ~/ansible/bin/pip install ansible-core==2.19.14 &&" \
+    "export PATH=~/ansible/bin:\$PATH" >&2
+  exit 2
+fi
 bash tests/containers/setup-host.sh
-# shellcheck source=tests/env.sh
-source tests/env.sh
 bash tests/containers/build-images.sh
+ANSIBLE_COLLECTIONS_PATH="$repo/collections:$(bash scripts/bundled-collections.sh)"
+export ANSIBLE_COLLECTIONS_PATH
+export GPUSERVE_WHEEL_CACHE="${GPUSERVE_WHEEL_CACHE:-$HOME/.cache/gpuserve/wheels}"
 
 # The rehearsal installs the vLLM release its inventory pins, from the host's wheel cache.
-version="$(python - <<'PY'
-import yaml
-with open("inventories/rehearsal/group_vars/all.yml") as f:
-    print(yaml.safe_load(f)["vllm_install_version"])
-PY
-)"
+version="$(ansible-inventory -i inventories/rehearsal --host "$node" |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["vllm_install_version"])')"
 python3 tests/support/vllm_wheels.py "$version" >/dev/null
 
 if ! podman container exists "$node"; then

@@ -2,17 +2,15 @@
 # Test environment for gpuserve.vllm, sourced by tests/run.sh and by developers:
 #   source tests/env.sh
 # It installs the pinned dev tools into .venv (once per requirements change), takes the
-# third-party collections the tests need from the PyPI `ansible` wheel (Galaxy is not reachable),
-# and exposes this checkout as the collection gpuserve.vllm through a symlinked
-# ansible_collections tree. Everything downloaded lives in $GPUSERVE_CACHE, outside the repo.
+# third-party collections the tests need from the PyPI `ansible` wheel (Galaxy is not reachable;
+# scripts/bundled-collections.sh) and exposes this checkout as the collection gpuserve.vllm
+# through its committed link tree collections/ansible_collections/gpuserve/vllm (also what
+# ansible.cfg uses). Everything downloaded lives in $GPUSERVE_CACHE, outside the repo.
 
 GPUSERVE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 export GPUSERVE_REPO
 export GPUSERVE_CACHE="${GPUSERVE_CACHE:-$HOME/.cache/gpuserve}"
 export GPUSERVE_WHEEL_CACHE="${GPUSERVE_WHEEL_CACHE:-$GPUSERVE_CACHE/wheels}"
-# The `ansible` wheel whose bundled collections the tests use (containers.podman etc.).
-GPUSERVE_ANSIBLE_BUNDLE_VERSION="${GPUSERVE_ANSIBLE_BUNDLE_VERSION:-12.3.0}"
-GPUSERVE_BUNDLED_COLLECTIONS=(containers/podman community/general ansible/posix)
 
 _gpuserve_log() { printf '[env] %s\n' "$*" >&2; }
 
@@ -31,33 +29,10 @@ _gpuserve_venv() {
 }
 
 _gpuserve_collections() {
-  local deps="$GPUSERVE_CACHE/collections-$GPUSERVE_ANSIBLE_BUNDLE_VERSION" missing=0 c
-  for c in "${GPUSERVE_BUNDLED_COLLECTIONS[@]}"; do
-    [ -d "$deps/ansible_collections/$c" ] || missing=1
-  done
-  if [ "$missing" = 1 ]; then
-    _gpuserve_log "extracting ${GPUSERVE_BUNDLED_COLLECTIONS[*]} from ansible==$GPUSERVE_ANSIBLE_BUNDLE_VERSION"
-    local dl
-    dl="$(mktemp -d)"
-    python3 -m pip download -q --no-deps -d "$dl" "ansible==$GPUSERVE_ANSIBLE_BUNDLE_VERSION" || return 1
-    rm -rf "$deps.tmp" && mkdir -p "$deps.tmp"
-    local patterns=()
-    for c in "${GPUSERVE_BUNDLED_COLLECTIONS[@]}"; do patterns+=("ansible_collections/$c/*"); done
-    (cd "$deps.tmp" && python3 -m zipfile -e "$dl"/ansible-*.whl . >/dev/null) || return 1
-    mkdir -p "$deps.final/ansible_collections"
-    for c in "${GPUSERVE_BUNDLED_COLLECTIONS[@]}"; do
-      mkdir -p "$deps.final/ansible_collections/${c%/*}"
-      mv "$deps.tmp/ansible_collections/$c" "$deps.final/ansible_collections/$c"
-    done
-    rm -rf "$deps.tmp" "$dl" "$deps" && mv "$deps.final" "$deps"
-  fi
-  # This checkout as gpuserve.vllm, without copying it; one link tree per checkout, so two
-  # clones (a developer's and a CI run's) never test each other's code.
-  local self
-  self="$GPUSERVE_CACHE/self-$(printf '%s' "$GPUSERVE_REPO" | sha256sum | cut -c1-12)"
-  mkdir -p "$self/ansible_collections/gpuserve"
-  ln -sfn "$GPUSERVE_REPO" "$self/ansible_collections/gpuserve/vllm"
-  export ANSIBLE_COLLECTIONS_PATH="$self:$deps"
+  # containers.podman etc. from the PyPI `ansible` wheel (shared with scripts/rehearse.sh).
+  local deps
+  deps="$(bash "$GPUSERVE_REPO/scripts/bundled-collections.sh")" || return 1
+  export ANSIBLE_COLLECTIONS_PATH="$GPUSERVE_REPO/collections:$deps"
   export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false
 }
 

@@ -2,7 +2,7 @@
 # The one test command (README "Tests"; .ci/run runs exactly this).
 #   bash tests/run.sh            all steps
 #   bash tests/run.sh unit lint  only the named steps
-# Steps: lint sanity unit build molecule rehearsal. Every step runs even when an earlier one failed, so one
+# Steps: lint sanity unit build molecule rehearsal firstcontact. Every step runs even when an earlier one failed, so one
 # run reports everything; the exit status is non-zero when any step failed. The last line is
 # "gpuserve: N passed, N failed" (pytest tests + molecule scenarios + the other steps).
 set -uo pipefail
@@ -12,7 +12,7 @@ cd "$repo"
 out="$repo/tests/output"
 mkdir -p "$out"
 
-all_steps=(lint sanity unit build molecule rehearsal)
+all_steps=(lint sanity unit build molecule rehearsal firstcontact)
 steps=("$@")
 [ "${#steps[@]}" -eq 0 ] && steps=("${all_steps[@]}")
 
@@ -107,9 +107,37 @@ step_rehearsal() {
   return $rc
 }
 
+step_firstcontact() {
+  # A newcomer's first contact (README "Quick start"): a fresh clone of the committed HEAD, a
+  # throwaway venv with only the pinned ansible-core, no test environment, and the README's
+  # playbook commands: site.yml from the checkout, and an ops repository's three-line site.yml
+  # with the requirements.yml that installs the collection (from git, and from a built tarball).
+  banner "first contact: fresh clone, only ansible-core, README commands"
+  local tmp core rc=0
+  tmp="$(mktemp -d)"
+  core="$(grep -E '^ansible-core==' requirements-dev.txt)"
+  git clone -q "$repo" "$tmp/clone" && python3 -m venv "$tmp/core" &&
+    "$tmp/core/bin/pip" install -q --disable-pip-version-check "$core" || rc=1
+  [ "$rc" -eq 0 ] && env -i HOME="$HOME" LANG=C.UTF-8 PATH="$tmp/core/bin:/usr/bin:/bin" T="$tmp" bash -euxc '
+    cd "$T/clone"
+    ansible-playbook -i inventories/example site.yml --syntax-check
+    ansible-playbook -i inventories/example playbooks/site.yml --syntax-check
+    ansible-galaxy collection build --output-path "$T/dist" .
+    mkdir -p "$T/ops" && cp -r inventories "$T/ops/" && cd "$T/ops"
+    printf -- "---\n- name: gpuserve.vllm site playbook\n  ansible.builtin.import_playbook: gpuserve.vllm.site\n" >site.yml
+    for source in "{name: \"file://$T/clone\", type: git, version: HEAD}" \
+                  "{name: \"$(ls "$T"/dist/gpuserve-vllm-*.tar.gz)\", type: file}"; do
+      rm -rf collections && printf -- "---\ncollections:\n  - %s\n" "$source" >requirements.yml
+      ansible-galaxy collection install --offline -r requirements.yml -p collections
+      ansible-playbook -i inventories/example site.yml --syntax-check
+    done' || rc=1
+  rm -rf "$tmp"
+  return $rc
+}
+
 for step in "${steps[@]}"; do
   case "$step" in
-    lint | sanity | build | rehearsal) "step_$step"; record "$step" $? ;;
+    lint | sanity | build | rehearsal | firstcontact) "step_$step"; record "$step" $? ;;
     unit)
       step_unit; rc=$?
       read -r up uf <"$out/unit-counts"

@@ -63,7 +63,7 @@ mkdir -p "$dest"
 # Tracked files plus untracked ones git does not ignore (a new module before its first commit).
 (cd "$REPO" && git ls-files -z --cached --others --exclude-standard) |
   (cd "$REPO" && while IFS= read -r -d '' f; do
-     case "$f" in .venv/*|.cache/*|tests/output/*) continue ;; esac
+     case "$f" in .venv/*|.cache/*|tests/output/*|collections/*) continue ;; esac  # collections/: link to the checkout
      [ -e "$f" ] || continue  # deleted in the work tree
      printf '%s\0' "$f"
    done) |

@@ -143,3 +143,94 @@ def pin_name(requirement: str) -> str:
     if not match:
         raise ValueError(f"not a requirement: {requirement!r}")
     return normalize_name(match.group(1))
+
+
+# --- installing into an environment: one command line for uv and pip, and their change reports
+
+INSTALLERS = ("uv", "pip")
+# uv never fetches an interpreter of its own, and prints no progress bars into the task result.
+_UV_FIXED_ENV = {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+# uv (stderr): " + six==1.17.0", " - six==1.16.0", " ~ six==1.17.0", optionally "(from file://...)".
+_UV_CHANGE = re.compile(r"^ ([-+~]) ([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+# pip (stdout): "Successfully installed a-1.0 b-2.0", "Would install a-1.0", "Successfully uninstalled a-1.0".
+_PIP_CHANGE = re.compile(r"^\s*(Successfully installed|Would install|Successfully uninstalled) (.+)$")
+
+
+def install_argv(installer: str, python: str, packages: t.Sequence[str] = (), *,
+                 uv: str = "", requirements_files: t.Sequence[str] = (),
+                 find_links: t.Sequence[str] = (), index_url: str = "",
+                 extra_index_urls: t.Sequence[str] = (), no_index: bool = False,
+                 no_deps: bool = False, dry_run: bool = False) -> list[str]:
+    """The `uv pip install` / `python -m pip install` argv for one transaction (no shell).
+
+    uv is told the environment with --python; pip is the environment's own (python -m pip).
+    """
+    if installer == "uv":
+        if not uv:
+            raise ValueError("installer uv needs the path of the uv executable")
+        argv = [uv, "pip", "install", "--python", python]
+    elif installer == "pip":
+        argv = [python, "-m", "pip", "install", "--disable-pip-version-check"]
+    else:
+        raise ValueError(f"installer must be one of {', '.join(INSTALLERS)}, not {installer!r}")
+    argv += [f"--find-links={link}" for link in find_links]
+    if index_url:
+        argv.append(f"--index-url={index_url}")
+    argv += [f"--extra-index-url={url}" for url in extra_index_urls]
+    if no_index:
+        argv.append("--no-index")
+    if no_deps:
+        argv.append("--no-deps")
+    if dry_run:
+        argv.append("--dry-run")
+    for path in requirements_files:
+        argv += ["-r", path]
+    if not packages and not requirements_files:
+        raise ValueError("nothing to install: give requirement lines or a requirements file")
+    return argv + list(packages)
+
+
+def uv_environment(cache_dir: str = "", link_mode: str = "", native_tls: bool = True) -> dict[str, str]:
+    """Environment variables of a uv run (UV_CACHE_DIR, UV_LINK_MODE, UV_NATIVE_TLS and the fixed ones)."""
+    env = dict(_UV_FIXED_ENV)
+    if cache_dir:
+        env["UV_CACHE_DIR"] = cache_dir
+    if link_mode:
+        env["UV_LINK_MODE"] = link_mode
+    env["UV_NATIVE_TLS"] = "1" if native_tls else "0"
+    return env
+
+
+def _pip_dist(token: str) -> dict[str, str]:
+    """'huggingface-hub-0.36.0' -> name huggingface-hub, version 0.36.0 (versions hold no '-')."""
+    name, version = token.rsplit("-", 1)
+    return {"name": normalize_name(name), "version": version}
+
+
+def parse_install_report(installer: str, stdout: str, stderr: str) -> dict[str, list[dict[str, str]]]:
+    """What the installer says it changed (or, in a dry run, would change).
+
+    uv lists every change on stderr (` + `, ` - `, ` ~ ` lines); pip prints "Successfully
+    installed" / "Would install" / "Successfully uninstalled" lines on stdout. Nothing listed
+    means nothing changed, which is the installer's own judgement, not ours.
+    """
+    report: dict[str, list[dict[str, str]]] = {"installed": [], "removed": [], "reinstalled": []}
+    if installer == "uv":
+        key = {"+": "installed", "-": "removed", "~": "reinstalled"}
+        for line in stderr.splitlines():
+            match = _UV_CHANGE.match(line)
+            if match:
+                report[key[match.group(1)]].append(
+                    {"name": normalize_name(match.group(2)), "version": match.group(3)})
+        return report
+    for line in stdout.splitlines():
+        match = _PIP_CHANGE.match(line)
+        if match:
+            where = "removed" if match.group(1).endswith("uninstalled") else "installed"
+            report[where] += [_pip_dist(token) for token in match.group(2).split()]
+    return report
+
+
+def report_changed(report: t.Mapping[str, t.Sequence[t.Any]]) -> bool:
+    """Whether an install report lists any change."""
+    return any(report.get(key) for key in ("installed", "removed", "reinstalled"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,110 @@ def test_inspect_script_on_this_interpreter() -> None:
     assert data["python_version"] == "%d.%d.%d" % sys.version_info[:3]
     assert data["prefix"] == sys.prefix
     assert data["packages"]["pytest"] == pytest.__version__
+
+
+# --- install_argv / uv_environment / parse_install_report (python_env_install)
+
+@pytest.mark.parametrize(
+    ("installer", "packages", "options", "expected"),
+    [
+        ("uv", ["vllm==0.17.0"], {"uv": "/opt/t/bin/uv"},
+         ["/opt/t/bin/uv", "pip", "install", "--python", "/e/bin/python", "vllm==0.17.0"]),
+        ("pip", ["vllm==0.17.0"], {},
+         ["/e/bin/python", "-m", "pip", "install", "--disable-pip-version-check", "vllm==0.17.0"]),
+        ("uv", ["vllm[audio]==0.17.0", "flashinfer-cubin==0.6.4"],
+         {"uv": "uv", "find_links": ["/w", "https://m/x"], "index_url": "https://i/simple",
+          "extra_index_urls": ["https://x/simple"], "no_index": True, "no_deps": True, "dry_run": True},
+         ["uv", "pip", "install", "--python", "/e/bin/python", "--find-links=/w",
+          "--find-links=https://m/x", "--index-url=https://i/simple",
+          "--extra-index-url=https://x/simple", "--no-index", "--no-deps", "--dry-run",
+          "vllm[audio]==0.17.0", "flashinfer-cubin==0.6.4"]),
+        ("pip", [], {"requirements_files": ["/e/req.txt"], "dry_run": True},
+         ["/e/bin/python", "-m", "pip", "install", "--disable-pip-version-check", "--dry-run",
+          "-r", "/e/req.txt"]),
+    ],
+)
+def test_install_argv(installer, packages, options, expected) -> None:
+    assert _pyenv.install_argv(installer, "/e/bin/python", packages, **options) == expected
+
+
+@pytest.mark.parametrize(
+    ("installer", "packages", "options", "message"),
+    [
+        ("uv", ["six"], {}, "needs the path of the uv executable"),
+        ("conda", ["six"], {}, "installer must be one of uv, pip, not 'conda'"),
+        ("pip", [], {}, "nothing to install"),
+    ],
+)
+def test_install_argv_refuses(installer, packages, options, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        _pyenv.install_argv(installer, "/e/bin/python", packages, **options)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_NATIVE_TLS": "1"}),
+        ({"cache_dir": "/c", "link_mode": "copy", "native_tls": False},
+         {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_CACHE_DIR": "/c",
+          "UV_LINK_MODE": "copy", "UV_NATIVE_TLS": "0"}),
+    ],
+)
+def test_uv_environment(options, expected) -> None:
+    assert _pyenv.uv_environment(**options) == expected
+
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "pyenv"
+
+
+def _dists(*pairs: str) -> list[dict[str, str]]:
+    return [{"name": pair.split("==")[0], "version": pair.split("==")[1]} for pair in pairs]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "installed", "removed", "reinstalled"),
+    [
+        ("uv-dry-fresh.txt", ["idna==3.7", "six==1.16.0"], [], []),
+        ("uv-install.txt", ["idna==3.7", "six==1.16.0"], [], []),
+        ("uv-noop.txt", [], [], []),
+        ("uv-dry-noop.txt", [], [], []),
+        ("uv-dry-upgrade.txt", ["six==1.17.0"], ["six==1.16.0"], []),
+        ("uv-upgrade.txt", ["six==1.17.0"], ["six==1.16.0"], []),
+        ("uv-reinstall.txt", [], [], ["six==1.17.0"]),
+        ("uv-fail.txt", [], [], []),
+        ("pip-dry-fresh.txt", ["idna==3.7", "six==1.16.0"], [], []),
+        ("pip-install.txt", ["idna==3.7", "six==1.16.0"], [], []),
+        ("pip-noop.txt", [], [], []),
+        ("pip-dry-noop.txt", [], [], []),
+        ("pip-dry-upgrade.txt", ["six==1.17.0"], [], []),
+        ("pip-upgrade.txt", ["six==1.17.0"], ["six==1.16.0"], []),
+    ],
+)
+def test_parse_install_report_on_recorded_output(fixture, installed, removed, reinstalled) -> None:
+    # uv reports on stderr and pip on stdout; the fixtures hold both streams together, so each
+    # is handed in as the stream its installer reports on and the other stream is empty.
+    text = (FIXTURES / fixture).read_text()
+    installer = fixture.split("-")[0]
+    stdout, stderr = ("", text) if installer == "uv" else (text, "")
+    report = _pyenv.parse_install_report(installer, stdout, stderr)
+    assert report == {"installed": _dists(*installed), "removed": _dists(*removed),
+                      "reinstalled": _dists(*reinstalled)}
+    assert _pyenv.report_changed(report) is bool(installed or removed or reinstalled)
+
+
+@pytest.mark.parametrize(
+    ("installer", "stdout", "stderr"),
+    [
+        # a change report on the other installer's stream is not read as one
+        ("uv", " + six==1.16.0\n", ""),
+        ("pip", "", "Successfully installed six-1.16.0\n"),
+    ],
+)
+def test_parse_install_report_reads_the_right_stream(installer, stdout, stderr) -> None:
+    assert not _pyenv.report_changed(_pyenv.parse_install_report(installer, stdout, stderr))
+
+
+def test_pip_dist_names_with_dashes() -> None:
+    report = _pyenv.parse_install_report(
+        "pip", "Successfully installed huggingface-hub-0.36.0 Flash_Attn-2.8.3\n", "")
+    assert report["installed"] == _dists("huggingface-hub==0.36.0", "flash-attn==2.8.3")
