@@ -4,7 +4,8 @@
 # Each setting below answers a failure measured on these hosts (../shared/reference/containers.md).
 set -euo pipefail
 
-packages=(podman runc catatonit netavark aardvark-dns iptables debootstrap)
+# strace: the python_patch crash test kills the module at each rename/unlink (strace -e inject).
+packages=(podman runc catatonit netavark aardvark-dns iptables debootstrap strace)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
