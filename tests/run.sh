@@ -2,8 +2,8 @@
 # The one test command (README "Tests"; .ci/run runs exactly this).
 #   bash tests/run.sh            all steps
 #   bash tests/run.sh unit lint  only the named steps
-# Steps: lint sanity unit build molecule rehearsal firstcontact. Every step runs even when an earlier one failed, so one
-# run reports everything; the exit status is non-zero when any step failed. The last line is
+# Steps: lint sanity unit integration build molecule rehearsal firstcontact. Every step runs even
+# when an earlier one failed, so one run reports everything; the exit status is non-zero when any step failed. The last line is
 # "gpuserve: N passed, N failed" (pytest tests + molecule scenarios + the other steps).
 set -uo pipefail
 
@@ -12,7 +12,7 @@ cd "$repo"
 out="$repo/tests/output"
 mkdir -p "$out"
 
-all_steps=(lint sanity unit build molecule rehearsal firstcontact)
+all_steps=(lint sanity unit integration build molecule rehearsal firstcontact)
 steps=("$@")
 [ "${#steps[@]}" -eq 0 ] && steps=("${all_steps[@]}")
 
@@ -46,11 +46,12 @@ step_sanity() {
   bash tests/sanity.sh
 }
 
-step_unit() {
-  banner "pytest tests/unit"
-  python -m pytest tests/unit -p no:cacheprovider -q --junitxml="$out/junit.xml"
+# pytest over one directory; the junit counts go to $out/<step>-counts for the summary.
+pytest_step() { # pytest_step <step> <dir>
+  banner "pytest $2"
+  python -m pytest "$2" -p no:cacheprovider -q --junitxml="$out/$1.xml"
   local rc=$?
-  python3 - "$out/junit.xml" <<'PY' >"$out/unit-counts" || echo "0 0" >"$out/unit-counts"
+  python3 - "$out/$1.xml" <<'PY' >"$out/$1-counts" || echo "0 0" >"$out/$1-counts"
 import sys, xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()
 suites = [root] if root.tag == "testsuite" else list(root)
@@ -61,6 +62,8 @@ print(tests - bad - skipped, bad)
 PY
   return $rc
 }
+step_unit() { pytest_step unit tests/unit; }
+step_integration() { pytest_step integration tests/integration; }
 
 step_build() {
   banner "collection build + install + playbook by FQCN"
@@ -138,12 +141,12 @@ step_firstcontact() {
 for step in "${steps[@]}"; do
   case "$step" in
     lint | sanity | build | rehearsal | firstcontact) "step_$step"; record "$step" $? ;;
-    unit)
-      step_unit; rc=$?
-      read -r up uf <"$out/unit-counts"
+    unit | integration)
+      "step_$step"; rc=$?
+      read -r up uf <"$out/$step-counts"
       passed=$((passed + up)); failed=$((failed + uf))
       [ "$rc" -ne 0 ] && [ "$uf" -eq 0 ] && failed=$((failed + 1))  # e.g. a collection error
-      [ "$rc" -ne 0 ] && failures+=("unit") ;;
+      [ "$rc" -ne 0 ] && failures+=("$step") ;;
     molecule) step_molecule || true ;;  # scenarios are recorded one by one
     *) echo "unknown step '$step' (known: ${all_steps[*]})"; failed=$((failed + 1)); failures+=("$step") ;;
   esac
