@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils.common import warnings as ansible_warnings
+from ansible.module_utils import basic
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _patchfiles as pf
 from ansible_collections.gpuserve.vllm.plugins.modules import python_patch
@@ -50,9 +50,12 @@ class Node:
     def run(self, edits: t.List[t.Dict[str, t.Any]] | None = None, **args: t.Any) -> t.Dict[str, t.Any]:
         args.setdefault("files", [{"path": str(p), "edits": edits or EDITS} for p in self.paths])
         args.setdefault("state_dir", str(self.state))
-        ansible_warnings._global_warnings.clear()  # pylint: disable=protected-access
+        # Collected at AnsibleModule.warn: Ansible's global warning list is not reliable here, as
+        # other in-process tests (filters, display) can route warnings to stderr instead.
+        warnings: t.List[str] = []
+        self.monkeypatch.setattr(basic.AnsibleModule, "warn", lambda _self, msg: warnings.append(msg))
         result = run_module_main(python_patch, args, self.monkeypatch)
-        result["warnings"] = list(ansible_warnings.get_warning_messages())
+        result["warnings"] = warnings
         return result
 
     def contents(self) -> t.List[str]:
