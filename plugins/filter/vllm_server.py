@@ -1,9 +1,10 @@
 # Copyright: gpuserve maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters the vllm_server role renders its unit and env file with.
+"""Filters the vllm_server role renders its unit and env file with, and checks its inputs by.
 
 Quoting for systemd is easy to get subtly wrong in Jinja (`$`, `%`, quotes and backslashes
-inside the speculative-config JSON); these filters do it in tested Python instead.
+inside the speculative-config JSON), and so are address and range tests; these filters do it
+in tested Python instead.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_net import bare_host, is_loopback
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_ranges import range_problems
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_server import (
     ServerConfigError,
     serve_argv,
@@ -55,4 +58,7 @@ class FilterModule:
             "vllm_speculative_config": _wrap(vllm_speculative_config),
             "systemd_exec_line": _wrap(systemd_exec_line),
             "systemd_env_lines": _wrap(systemd_env_lines),
+            "vllm_is_loopback": is_loopback,
+            "vllm_bare_host": bare_host,
+            "vllm_server_range_problems": range_problems,
         }

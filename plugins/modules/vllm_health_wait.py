@@ -14,9 +14,14 @@ description:
   - Polls the server's C(/health) endpoint and, at the same time, the systemd unit running it
     (C(systemctl show) C(ActiveState), C(SubState), C(MainPID), C(NRestarts)).
   - If the process exits, is restarted by systemd, or the unit stops, the wait ends at once;
-    the module reads the unit's journal since the process started (C(journalctl -u)) and fails
-    with the root-cause lines in its message -- the last traceback's final line and the file it
-    was raised in, SyntaxError locations, CUDA out-of-memory and NCCL errors.
+    the module reads the journal of the unit's start it watches (C(_SYSTEMD_INVOCATION_ID), else
+    C(journalctl -u) since that process started, never an earlier start's lines) and fails
+    with the root-cause lines in its message. vLLM's per-process prefixes (C((Worker_TP3 pid=..\)),
+    level, date, C([file:line])) are removed and tracebacks read per process, so the message
+    leads with the first real exception (type, message, file, line, source line) -- for example
+    a worker's C(IndentationError), C(ModuleNotFoundError), CUDA out of memory, an NCCL error,
+    C(No valid attention backend), an argument error or a config C(ValidationError) -- followed
+    by vLLM's generic C(Engine core initialization failed), and a hint what to do.
   - A model load takes up to an hour and an Ansible task prints only when it ends, so the module
     returns after O(progress_interval) seconds with the elapsed time and the latest meaningful
     log line (weights loaded, KV cache sized, CUDA graphs captured). The companion action plugin
@@ -135,7 +140,18 @@ root_cause:
   returned: failure
   type: list
   elements: str
-  sample: ["SyntaxError: '(' was never closed -- in /opt/ml-env/.../deepseek_v2.py line 57"]
+  sample:
+    - >-
+      IndentationError: unexpected indent -- in /opt/ml-env/.../deepseek_v2.py line 84 near
+      `from vllm.model_executor.layers.fused_moe import FusedMoE` (raised in 8 processes)
+    - "RuntimeError: Engine core initialization failed. See root cause above. ..."
+root_cause_hint:
+  description: What to do about the kind of failure recognised in RV(root_cause), if any.
+  returned: failure
+  type: str
+  sample: >-
+    a Python file of the environment does not parse (an edited or patched vLLM file?): fix the
+    file and line named, or reinstall vLLM and re-run its patches
 journal_tail:
   description: The last journal lines of the dead process (on failure).
   returned: failure
@@ -164,12 +180,14 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_server import (
-    UNIT_PROPERTIES,
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_http import format_duration, http_request
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_journal import (
+    cause_hint,
     extract_root_cause,
-    format_duration,
-    http_request,
     latest_meaningful_line,
+)
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_unit import (
+    UNIT_PROPERTIES,
     parse_systemctl_show,
     unit_death,
 )
@@ -194,12 +212,23 @@ class Watcher:
             self.module.fail_json(msg=f"systemctl show {self.unit} failed: {err.strip() or out.strip()}")
         return parse_systemctl_show(out)
 
-    def journal(self, since: float) -> list[str]:
+    def journal(self, since: float, invocation: str | None = None) -> list[str]:
+        """The unit's lines since `since`; only those of one start when its invocation is known.
+
+        journald tags a service's output with _SYSTEMD_INVOCATION_ID; where it cannot (some
+        containers), the time window alone keeps earlier starts' lines out.
+        """
         if not self.unit or not self.journalctl:
             return []
-        cmd = [self.journalctl, "--unit", self.unit, "--since", f"@{int(since)}", "--output", "cat",
-               "--no-pager", "--quiet", "--lines", str(self.journal_lines)]
-        rc, out, _err = self.module.run_command(cmd, errors="surrogate_or_replace")
+        tail = ["--since", f"@{int(since)}", "--output", "cat", "--no-pager", "--quiet",
+                "--lines", str(self.journal_lines)]
+        if invocation:
+            rc, out, _err = self.module.run_command(
+                [self.journalctl, f"_SYSTEMD_INVOCATION_ID={invocation}"] + tail, errors="surrogate_or_replace")
+            if rc == 0 and out.strip():
+                return out.splitlines()
+        rc, out, _err = self.module.run_command([self.journalctl, "--unit", self.unit] + tail,
+                                                errors="surrogate_or_replace")
         return out.splitlines() if rc == 0 else []
 
 
@@ -211,7 +240,9 @@ def process_start_epoch(props: dict[str, str], now: float) -> float:
         mono = 0
     if mono <= 0:
         return now - 5
-    return now - max(0.0, time.monotonic() - mono) - 2
+    # journalctl --since takes whole seconds and rounds down: no slack needed, and none taken,
+    # so the lines of a start that ended just before this one stay out.
+    return now - max(0.0, time.monotonic() - mono)
 
 
 def main() -> None:
@@ -247,7 +278,7 @@ def main() -> None:
 
     def report(**extra) -> dict:
         elapsed = time.time() - started
-        lines = watcher.journal(since)
+        lines = watcher.journal(since, baseline.get("InvocationID"))
         result = {"changed": False, "started": started, "baseline": baseline,
                   "elapsed": round(elapsed, 1), "elapsed_text": format_duration(elapsed),
                   "http_status": status, "latest_line": latest_meaningful_line(lines)}
@@ -257,13 +288,16 @@ def main() -> None:
         return result
 
     def fail(reason: str) -> None:
-        lines = watcher.journal(since)
+        lines = watcher.journal(since, baseline.get("InvocationID"))
         causes = extract_root_cause(lines)
-        result = report(healthy=False, done=True, root_cause=causes, journal_tail=lines[-40:])
+        hint = cause_hint(causes)
+        result = report(healthy=False, done=True, root_cause=causes, root_cause_hint=hint,
+                        journal_tail=lines[-40:])
         cause_text = " | ".join(causes) if causes else "no root cause found in the journal"
         module.fail_json(
             msg=(f"vLLM is not serving: {reason}. Root cause: {cause_text}. "
-                 f"Full log: journalctl -u {p['unit']} --since @{int(since)}"),
+                 + (f"Hint: {hint}. " if hint else "")
+                 + f"Full log: journalctl -u {p['unit']} --since @{int(since)}"),
             **result,
         )
 

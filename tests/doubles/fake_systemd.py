@@ -31,7 +31,8 @@ state = (dict(ActiveState="active", SubState="running", MainPID=str(pid), ExecMa
               Result="success") if alive else
          dict(ActiveState="failed", SubState="failed", MainPID="0", ExecMainStatus="1",
               Result="exit-code"))
-state.update(NRestarts="0", ExecMainCode="1", ExecMainStartTimestampMonotonic="0", LoadState="loaded")
+state.update(NRestarts="0", ExecMainCode="1", ExecMainStartTimestampMonotonic="0", LoadState="loaded",
+             InvocationID="0123456789abcdef0123456789abcdef")
 for key, value in state.items():
     print(f"{{key}}={{value}}")
 '''

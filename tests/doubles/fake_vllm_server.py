@@ -11,9 +11,13 @@ vllm_server role, its modules and their tests can exercise real failure modes wi
   --double-mode unhealthy      listen, but /health answers 503 forever
   --double-mode flat-counters  serve, but the spec-decode counters never grow
   --double-crash syntax|runtime|oom|nccl   which traceback a crash prints (default syntax)
+  --double-crash replay        print a real-format vLLM crash log instead (--double-replay FILE,
+                               default tests/fixtures/vllm_logs/seed_indentationerror_deepseek_v2.log:
+                               every line prefixed by its process, workers interleaved, vLLM's
+                               generic RuntimeError last); lines starting with '#' are skipped
 
 Each --double-* flag can also come from the environment (FAKE_VLLM_MODE, FAKE_VLLM_CRASH,
-FAKE_VLLM_LOAD_SECONDS, FAKE_VLLM_DIE_AFTER), so a systemd unit's EnvironmentFile can steer it.
+FAKE_VLLM_REPLAY, FAKE_VLLM_LOAD_SECONDS, FAKE_VLLM_DIE_AFTER), so a systemd unit's EnvironmentFile can steer it.
 Other vLLM flags are accepted and ignored, except --host, --port (0 = pick one; the chosen port
 is printed as "Uvicorn running on http://HOST:PORT"), --served-model-name, --api-key (or
 VLLM_API_KEY) and --speculative-config (must be valid JSON, as for vLLM). Stdlib only.
@@ -28,9 +32,11 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 MODES = ("ok", "crash-at-start", "die-mid-load", "unhealthy", "flat-counters")
-CRASHES = ("syntax", "runtime", "oom", "nccl")
+CRASHES = ("syntax", "runtime", "oom", "nccl", "replay")
+REPLAY = Path(__file__).resolve().parent.parent / "fixtures" / "vllm_logs" / "seed_indentationerror_deepseek_v2.log"
 SITE = "/opt/ml-env/lib/python3.12/site-packages/vllm"
 # Accepted tokens per draft, cycled: a fixed pattern keeps the double's acceptance honest and
 # predictable (for k=3: 8 drafts -> 24 draft tokens, 13 accepted).
@@ -101,8 +107,19 @@ def traceback_lines(kind: str) -> tuple[list[str], list[str]]:
     return head + body, api
 
 
-def crash(kind: str) -> None:
+def replay(path: str) -> None:
+    """Print a recorded/real-format vLLM crash log line by line (stdout, as vLLM's logger) and exit 1."""
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.startswith("#"):
+                print(line.rstrip("\n"), flush=True)
+    sys.exit(1)
+
+
+def crash(kind: str, replay_path: str = str(REPLAY)) -> None:
     """Print a crash the way vLLM does (engine core to stderr, API server last) and exit 1."""
+    if kind == "replay":
+        replay(replay_path)
     core, api = traceback_lines(kind)
     for line in core:
         print(line, file=sys.stderr, flush=True)
@@ -251,6 +268,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     env = os.environ.get
     parser.add_argument("--double-mode", choices=MODES, default=env("FAKE_VLLM_MODE", "ok"))
     parser.add_argument("--double-crash", choices=CRASHES, default=env("FAKE_VLLM_CRASH", "syntax"))
+    parser.add_argument("--double-replay", default=env("FAKE_VLLM_REPLAY", str(REPLAY)))
     parser.add_argument("--double-load-seconds", type=float,
                         default=float(env("FAKE_VLLM_LOAD_SECONDS", "1")))
     parser.add_argument("--double-die-after", type=float, default=float(env("FAKE_VLLM_DIE_AFTER", "2")))
@@ -273,7 +291,7 @@ def main(argv: list[str]) -> int:
         log("INFO", "speculative.py:210", f"speculative config: {json.dumps(spec, sort_keys=True)}")
     if args.double_mode == "crash-at-start":
         log("INFO", "model.py:547", "Resolved architecture: KimiK25ForConditionalGeneration")
-        crash(args.double_crash)
+        crash(args.double_crash, args.double_replay)
     log("INFO", "core.py:77", "Initializing a V1 LLM engine (v0.0.0+testdouble) with config: "
         f"model={args.model!r}")
     load_for = args.double_die_after if args.double_mode == "die-mid-load" else args.double_load_seconds
@@ -284,7 +302,7 @@ def main(argv: list[str]) -> int:
               f"Completed | {step + 1}/{steps} [00:0{step % 10}<00:00]", flush=True)
         time.sleep(load_for / steps)
     if args.double_mode == "die-mid-load":
-        crash(args.double_crash if args.double_crash != "syntax" else "oom")
+        crash(args.double_crash if args.double_crash != "syntax" else "oom", args.double_replay)
     log("INFO", "default_loader.py:267", f"Loading weights took {load_for:.2f} seconds")
     log("INFO", "gpu_model_runner.py:2002", "Model loading took 71.4 GiB and 12.5 seconds")
     log("INFO", "gpu_worker.py:276", "Available KV cache memory: 9.51 GiB")

@@ -71,6 +71,18 @@ def test_crash_at_start_from_flag_or_environment(env: dict[str, str]) -> None:
     assert "SyntaxError: '(' was never closed" in out.stderr
 
 
+def test_replay_prints_a_real_format_log(tmp_path: Path) -> None:
+    """The replay crash prints every non-comment line of the log file as it is, then exits 1."""
+    log = tmp_path / "crash.log"
+    log.write_text("# source: header\n(Worker_TP1 pid=2) ERROR 11-29 18:45:21 [m.py:1] KeyError: 'x'\n"
+                   "(APIServer pid=1) RuntimeError: Engine core initialization failed.\n")
+    out = run("--double-mode", "crash-at-start", env={"FAKE_VLLM_CRASH": "replay", "FAKE_VLLM_REPLAY": str(log)})
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    assert lines[-2:] == log.read_text().splitlines()[1:]
+    assert not any(line.startswith("#") for line in lines)
+
+
 def test_die_mid_load_logs_progress_first() -> None:
     begin = time.monotonic()
     out = run("--double-mode", "die-mid-load", "--double-die-after", "1")

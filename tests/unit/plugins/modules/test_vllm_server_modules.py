@@ -183,6 +183,10 @@ def test_health_wait_success(double: t.Callable[..., Double], monkeypatch: pytes
     (("--double-mode", "crash-at-start", "--double-crash", "runtime"), "does not support EAGLE3"),
     (("--double-mode", "die-mid-load", "--double-die-after", "1"), "CUDA out of memory"),
     (("--double-mode", "die-mid-load", "--double-die-after", "1", "--double-crash", "nccl"), "NCCL error"),
+    # real vLLM format: prefixed worker lines, interleaved, generic RuntimeError last
+    (("--double-mode", "crash-at-start", "--double-crash", "replay"),
+     "IndentationError: unexpected indent -- in /opt/ml-env/lib/python3.12/site-packages/vllm/model_executor/"
+     "models/deepseek_v2.py line 84 near `from vllm.model_executor.layers.fused_moe import FusedMoE`"),
 ])
 def test_health_wait_fails_fast_with_root_cause(double: t.Callable[..., Double], monkeypatch: pytest.MonkeyPatch,
                                                 args: tuple[str, ...], expected: str) -> None:
@@ -194,6 +198,8 @@ def test_health_wait_fails_fast_with_root_cause(double: t.Callable[..., Double],
     assert result["failed"] is True and result["healthy"] is False
     assert "vllm.service failed" in result["msg"] and expected in result["msg"], result["msg"]
     assert expected in result["root_cause"][0]
+    hint = result["root_cause_hint"]  # every kind here has one but a plain RuntimeError
+    assert (hint is None) if "EAGLE3" in expected else f"Hint: {hint}. " in result["msg"], result["msg"]
     assert elapsed < 60  # bounded; the benchmark prints the real figure
 
 
