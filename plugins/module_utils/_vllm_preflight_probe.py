@@ -363,7 +363,7 @@ def _cuda_buffers_on_meta(torch: t.Any, probe: Probe) -> t.Iterator[None]:
 
 def _first_lines(exc: BaseException, limit: int = 3) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
-    lines = [line for line in lines if "errors.pydantic.dev" not in line]
+    lines = [line.split(" [type=")[0] for line in lines if "errors.pydantic.dev" not in line]
     return " ".join(line.strip() for line in lines[:limit]) or type(exc).__name__
 
 
