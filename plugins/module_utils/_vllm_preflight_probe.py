@@ -42,6 +42,13 @@ class Probe:
         self.problems: list[dict[str, t.Any]] = []
         self.notes: list[str] = []
         self.version = "unknown"
+        self.timings: dict[str, float] = {}
+        self._mark = time.monotonic()
+
+    def lap(self, stage: str) -> None:
+        now = time.monotonic()
+        self.timings[stage] = round(now - self._mark, 2)
+        self._mark = now
 
     # ---- reporting --------------------------------------------------------------------------
 
@@ -314,21 +321,26 @@ class Probe:
                     "skip_reason": f"vLLM {self.version} is installed without its dependencies "
                                    f"({exc}); vLLM's parser and configs cannot run, nothing was "
                                    "checked (vllm_install_no_deps?)"}
+        self.lap("import vllm")
         platform = self.platform()
         self.gpu = not platform.is_cpu()
         result["platform"] = type(platform).__name__
         args = self.parse()
+        self.lap("parser")
         if args is not None:
             model_config, spec, engine_config = self.configs(args)
+            self.lap("configs")
             cap = self.capability(platform)
             result["compute_capability"] = f"{cap[0]}.{cap[1]}" if cap else None
             if model_config is not None and cap is not None:
                 self.backends(cap, args, model_config, engine_config, spec)
+                self.lap("attention backends")
             elif cap is None:
                 self.notes.append("no compute capability known: KV-cache dtype and attention "
                                   "backends not checked")
         result.update({"vllm_version": self.version, "checks": self.checks,
                        "problems": self.problems, "notes": self.notes,
+                       "timings": self.timings,
                        "seconds": round(time.monotonic() - started, 2)})
         return result
 

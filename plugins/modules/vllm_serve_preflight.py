@@ -131,6 +131,11 @@ notes:
   returned: when not skipped
   type: list
   elements: str
+timings:
+  description: Seconds per stage of the probe (import vllm, parser, configs, attention backends).
+  returned: when not skipped
+  type: dict
+  sample: {"import vllm": 8.8, "parser": 8.6, "configs": 12.1, "attention backends": 3.2}
 seconds:
   description: Wall time of the probe.
   returned: always
@@ -138,26 +143,26 @@ seconds:
   sample: 12.4
 """
 
+import inspect
 import json
 import os
-import pkgutil
 import subprocess
 import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_preflight_probe
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_preflight import (
     flag_variables,
     refusal_message,
 )
 
-_UTILS = "ansible_collections.gpuserve.vllm.plugins.module_utils"
-
 
 def run_probe(python: str, request: dict, timeout: int) -> dict:
     """Run the probe's source with `python`; its result, or a crash description."""
-    source = pkgutil.get_data(_UTILS, "_vllm_preflight_probe.py")
+    # The probe's own source (from the AnsiballZ payload on the node), run by the ml-env python.
+    source = inspect.getsource(_vllm_preflight_probe).encode("utf-8")
     with tempfile.TemporaryDirectory(prefix="gpuserve-preflight-") as tmp:
         request = dict(request, result_path=os.path.join(tmp, "result.json"))
         request_path = os.path.join(tmp, "request.json")

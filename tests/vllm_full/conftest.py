@@ -72,7 +72,8 @@ def playbook(play: list[dict], workdir: Path, extra_env: dict[str, str] | None =
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOCALHOST_WARNING="false",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_NOCOLOR="1")
     env.update(extra_env or {})
-    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(path)],
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}", str(path)],
                           capture_output=True, text=True, env=env, timeout=900, check=False)
     try:
         plays = json.loads(proc.stdout)["plays"]
