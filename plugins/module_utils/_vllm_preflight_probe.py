@@ -79,7 +79,7 @@ class Probe:
 
     def parse(self) -> t.Any:
         """vLLM's `vllm serve` parser on argv[1:], then the serve subcommand's own validate()."""
-        import vllm.entrypoints.cli.serve as serve
+        from vllm.entrypoints.cli import serve
 
         try:
             from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -205,7 +205,7 @@ class Probe:
         given = str(self.request.get("compute_capability") or "").strip()
         if not given:
             return None
-        major, _, minor = given.partition(".")
+        major, _dot, minor = given.partition(".")
         return int(major), int(minor or 0)
 
     def backends(self, cap: tuple[int, int], args: t.Any, model_config: t.Any,
@@ -292,12 +292,12 @@ class Probe:
 
     def _cuda_platform(self) -> t.Any:
         try:
-            import vllm.platforms.cuda as cuda
+            from vllm.platforms import cuda
         except ImportError as exc:  # no CUDA driver here: only the priority list is read
             import types
 
             sys.modules["vllm._C"] = types.ModuleType("vllm._C")
-            import vllm.platforms.cuda as cuda
+            from vllm.platforms import cuda
 
             self.notes.append(f"vllm.platforms.cuda imported with vllm._C stubbed ({exc})")
         return cuda
@@ -343,6 +343,7 @@ class Probe:
                        "timings": self.timings,
                        "seconds": round(time.monotonic() - started, 2)})
         return result
+
 
 def _supported_dtypes(backend: t.Any) -> list[str]:
     try:
@@ -392,4 +393,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -18,7 +18,7 @@ description:
     reading any weights, and goes on to C(create_engine_config) as far as the machine allows.
   - Checks that the EAGLE drafter was built for the target's hidden size (vLLM sizes the
     drafter's C(fc) layer from the drafter's C(target_hidden_size), else its C(hidden_size)).
-  - Derives what only fails on the GPUs from the installed vLLM's code - no table is kept here:
+  - Derives what only fails on the GPUs from the installed vLLM's code, with no table kept here;
     the attention backends vLLM's CUDA platform would choose between for the node's compute
     capability are asked, through their own C(validate_configuration), whether they take the
     model's attention (MLA or not, head size, dtype) with the requested KV-cache dtype; with
@@ -120,7 +120,10 @@ checks:
   returned: when not skipped
   type: list
   elements: dict
-  sample: [{"name": "attention-backend-target", "ok": true, "detail": "target (KimiK25Config, MLA, head size 576, KV cache auto): TRITON_MLA on compute capability 12.0"}]
+  sample:
+    - name: attention-backend-target
+      ok: true
+      detail: "target (KimiK25Config, MLA, head size 576, KV cache auto): TRITON_MLA on compute capability 12.0"
 problems:
   description: The refusals, each with the variables, vLLM's message and the fix.
   returned: when not skipped
