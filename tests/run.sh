@@ -2,7 +2,7 @@
 # The one test command (README "Tests"; .ci/run runs exactly this).
 #   bash tests/run.sh            all steps
 #   bash tests/run.sh unit lint  only the named steps
-# Steps: lint sanity unit build molecule rehearsal. Every step runs even when an earlier one failed, so one
+# Steps: lint sanity unit build molecule rehearsal vllm_full. Every step runs even when an earlier one failed, so one
 # run reports everything; the exit status is non-zero when any step failed. The last line is
 # "gpuserve: N passed, N failed" (pytest tests + molecule scenarios + the other steps).
 set -uo pipefail
@@ -12,7 +12,7 @@ cd "$repo"
 out="$repo/tests/output"
 mkdir -p "$out"
 
-all_steps=(lint sanity unit build molecule rehearsal)
+all_steps=(lint sanity unit build molecule rehearsal vllm_full)
 steps=("$@")
 [ "${#steps[@]}" -eq 0 ] && steps=("${all_steps[@]}")
 
@@ -107,9 +107,23 @@ step_rehearsal() {
   return $rc
 }
 
+# The real vLLM with all its dependencies (torch, CPU-only), one env per release, built once with
+# uv into ~/.cache/gpuserve/vllm-full (~15 GB for three; minutes cold, nothing warm). Tests skip,
+# with the reason printed (-rs), only when an env cannot be built.
+step_vllm_full() {
+  banner "pytest tests/vllm_full (real vLLM 0.16.0 / 0.17.0 / 0.18.0 with torch, no GPU)"
+  local start=$SECONDS rc
+  python3 tests/support/vllm_full_env.py 0.16.0 0.17.0 0.18.0 || echo "WARNING: a vLLM env could not be built; its tests skip (reasons below)"
+  echo "vllm_full: envs ready after $((SECONDS - start)) s"
+  python -m pytest tests/vllm_full -p no:cacheprovider -q -rs
+  rc=$?
+  echo "vllm_full: $((SECONDS - start)) s in all"
+  return $rc
+}
+
 for step in "${steps[@]}"; do
   case "$step" in
-    lint | sanity | build | rehearsal) "step_$step"; record "$step" $? ;;
+    lint | sanity | build | rehearsal | vllm_full) "step_$step"; record "$step" $? ;;
     unit)
       step_unit; rc=$?
       read -r up uf <"$out/unit-counts"
