@@ -9,11 +9,12 @@ weights are read), and the attention backends vLLM would choose between on the n
 capability are asked, through their own `validate_configuration`, whether they take the KV-cache
 dtype. No table of vLLM facts is kept here.
 
-Stdlib at the top level; vLLM and torch are imported inside the functions. On a machine with no
-GPU (tests, rehearsals with full dependencies) vLLM's CPU platform stands in for building the
-parser, as vLLM itself does for `vllm bench`, the CUDA platform module is imported with its
-compiled ops stubbed (only its backend priority list is read), and backend modules that allocate
-CUDA buffers at import time get them on torch's `meta` device. Each such stand-in is reported.
+Stdlib at the top level; vLLM and torch are imported inside the functions. Backend modules that
+allocate CUDA buffers at import time get them on torch's `meta` device (the running server holds
+the GPUs). On a machine with no GPU (tests, rehearsals with full dependencies) vLLM's CPU
+platform stands in for building the parser, as vLLM itself does for `vllm bench`, and the CUDA
+platform module is imported with its compiled ops stubbed (only its backend priority list is
+read). Each such stand-in is reported in the result's notes.
 """
 
 from __future__ import annotations
@@ -210,8 +211,6 @@ class Probe:
 
     def backends(self, cap: tuple[int, int], args: t.Any, model_config: t.Any,
                  engine_config: t.Any, spec: t.Any) -> None:
-        import torch
-
         cuda = self._cuda_platform()
         from vllm.config import VllmConfig, set_current_vllm_config
         from vllm.platforms.interface import DeviceCapability
@@ -243,14 +242,14 @@ class Probe:
                 selector = AttentionSelectorConfig(**known)
                 heads = config.hf_text_config.num_attention_heads // max(
                     1, int(args.tensor_parallel_size or 1))
-                self._judge(cuda, device, selector, heads, selected, role, config, kv, torch)
+                self._judge(cuda, device, selector, heads, selected, role, config, kv)
 
     def _judge(self, cuda: t.Any, device: t.Any, selector: t.Any, heads: int, selected: t.Any,
-               role: str, config: t.Any, kv: str, torch: t.Any) -> None:
+               role: str, config: t.Any, kv: str) -> None:
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
         if selected:
-            candidates = [AttentionBackendEnum[str(selected).upper()]]
+            candidates = [AttentionBackendEnum[getattr(selected, "name", str(selected)).upper()]]
         else:
             try:
                 candidates = cuda._get_backend_priorities(selector.use_mla, device, heads)
@@ -259,7 +258,7 @@ class Probe:
         valid, reasons = [], {}
         for backend in candidates:
             try:
-                with _cuda_buffers_on_meta(torch, self):
+                with _cuda_buffers_on_meta(self):
                     cls = backend.get_class()
             except ImportError as exc:
                 reasons[backend.name] = [f"ImportError: {exc}"]
@@ -353,11 +352,12 @@ def _supported_dtypes(backend: t.Any) -> list[str]:
 
 
 @contextlib.contextmanager
-def _cuda_buffers_on_meta(torch: t.Any, probe: Probe) -> t.Iterator[None]:
-    """Without a GPU, tensors a backend module allocates on CUDA at import go to `meta`."""
-    if torch.cuda.is_available():
-        yield
-        return
+def _cuda_buffers_on_meta(probe: Probe) -> t.Iterator[None]:
+    """Tensors a backend module allocates on CUDA at import go to `meta` instead.
+
+    Always, not only without a GPU: on a node the running server holds the GPU memory, and the
+    preflight must neither take any nor open a CUDA context next to it.
+    """
     from torch.overrides import TorchFunctionMode
 
     class _Meta(TorchFunctionMode):
@@ -367,7 +367,7 @@ def _cuda_buffers_on_meta(torch: t.Any, probe: Probe) -> t.Iterator[None]:
                 kwargs["device"] = "meta"
             return func(*args, **kwargs)
 
-    note = "no GPU: CUDA buffers allocated by attention backend modules at import went to meta"
+    note = "CUDA buffers that attention backend modules allocate at import went to torch's meta device"
     if note not in probe.notes:
         probe.notes.append(note)
     with _Meta():

@@ -75,10 +75,11 @@ options:
     type: bool
     default: true
 notes:
+  - The CUDA buffers some attention backend modules allocate at import go to torch's C(meta)
+    device, so the probe takes no GPU memory next to a running server.
   - Without a GPU the probe uses vLLM's CPU platform to build the parser (as C(vllm bench)
-    does), imports vLLM's CUDA platform module with its compiled ops stubbed (only its backend
-    priority list is read) and puts the CUDA buffers some backend modules allocate at import on
-    torch's C(meta) device. Every such stand-in is listed in RV(notes).
+    does) and imports vLLM's CUDA platform module with its compiled ops stubbed (only its
+    backend priority list is read). Every such stand-in is listed in RV(notes).
   - On a machine without a GPU, C(create_engine_config) may stop on CPU-only limits; that is
     reported in RV(notes), not as a refusal.
 seealso:
