@@ -163,8 +163,8 @@ def speculative_config(method: str | None, model: str | None, num_speculative_to
 
     method `auto` means eagle3 with a drafter and no speculation without one; `none` or empty
     switches speculation off; any other method (eagle3, ngram, suffix, mtp...) is passed on, with
-    the drafter only when given. `draft_tensor_parallel_size` is left out when empty: only the
-    draft_model proposer uses it, EAGLE drafters run with the target's parallelism.
+    the drafter only when given. `draft_tensor_parallel_size` is left out when empty or without a
+    drafter: only the draft_model proposer uses it, EAGLE drafters run with the target's TP.
     """
     method = str(method or "").strip()
     if method == "auto":
@@ -188,7 +188,7 @@ def speculative_config(method: str | None, model: str | None, num_speculative_to
     if tokens < 1:
         raise ServerConfigError(f"num_speculative_tokens must be >= 1, got {tokens}")
     config["num_speculative_tokens"] = tokens
-    if draft_tensor_parallel_size not in (None, ""):
+    if model and draft_tensor_parallel_size not in (None, ""):  # a drafter's own TP
         config["draft_tensor_parallel_size"] = int(draft_tensor_parallel_size)
     config.update(dict(extra or {}))
     return config

@@ -33,6 +33,8 @@ RENDERED = {
     "example-fp8-dotted": (EXAMPLE, {"vllm_server_kv_cache_dtype": "fp8",
                                      "vllm_server_extra_flags": DOTTED}),
     "bad-drafter": (EXAMPLE, {"vllm_server_drafter_path": "@BAD_DRAFTER@"}),
+    "ngram": (EXAMPLE, {"vllm_server_drafter_path": "", "vllm_server_speculative_method": "ngram",
+                        "vllm_server_speculative_extra": {"prompt_lookup_max": 4}}),
 }
 CASES = {
     "example on 0.17.0 patched": ("example", PATCHED, True),
@@ -43,6 +45,7 @@ CASES = {
     "drafter of another hidden size on 0.18.0": ("bad-drafter", NATIVE, False),
     "auto tool choice without parser on 0.18.0": ("no-tool-parser", NATIVE, False),
     "example on 0.16.0": ("example", OLD, False),
+    "ngram speculation without a drafter on 0.18.0": ("ngram", NATIVE, False),
 }
 
 
@@ -120,6 +123,15 @@ def test_valid_configurations_pass(verdicts: dict, case: str) -> None:
     assert {"parser", "model-config", "speculative-config", "attention-backend-target",
             "attention-backend-drafter"} <= names, result["checks"]
     assert result["compute_capability"] == "12.0"
+
+
+def test_ngram_without_drafter_passes(verdicts: dict, argvs: dict) -> None:
+    spec = json.loads(argvs["ngram"][argvs["ngram"].index("--speculative-config") + 1])
+    assert spec == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    result = verdicts["ngram speculation without a drafter on 0.18.0"]
+    assert _problems(result) == []
+    detail = next(c["detail"] for c in result["checks"] if c["name"] == "speculative-config")
+    assert detail.startswith("method ngram")
 
 
 def test_example_runs_triton_mla_on_cc_12(verdicts: dict) -> None:

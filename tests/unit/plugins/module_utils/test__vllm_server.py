@@ -180,6 +180,7 @@ def test_serve_argv_needs_a_model() -> None:
     (("ngram", "", 4, "", {"prompt_lookup_max": 4}),
      {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}),
     (("suffix", "", 8), {"method": "suffix", "num_speculative_tokens": 8}),
+    (("ngram", "", 4, 8), {"method": "ngram", "num_speculative_tokens": 4}),
     (("auto", "/d", 3), {"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}),
     (("auto", "", 3), None),
     (("none", "/d", 3), None),
