@@ -2,8 +2,9 @@
 # The one test command (README "Tests"; .ci/run runs exactly this).
 #   bash tests/run.sh            all steps
 #   bash tests/run.sh unit lint  only the named steps
-# Steps: lint sanity unit integration build molecule rehearsal firstcontact. Every step runs even
-# when an earlier one failed, so one run reports everything; the exit status is non-zero when any step failed. The last line is
+# Steps: lint sanity unit integration build molecule rehearsal firstcontact vllm_full. Every step
+# runs even when an earlier one failed, so one run reports everything; the exit status is non-zero
+# when any step failed. The last line is
 # "gpuserve: N passed, N failed" (pytest tests + molecule scenarios + the other steps).
 set -uo pipefail
 
@@ -12,7 +13,7 @@ cd "$repo"
 out="$repo/tests/output"
 mkdir -p "$out"
 
-all_steps=(lint sanity unit integration build molecule rehearsal firstcontact)
+all_steps=(lint sanity unit integration build molecule rehearsal firstcontact vllm_full)
 steps=("$@")
 [ "${#steps[@]}" -eq 0 ] && steps=("${all_steps[@]}")
 
@@ -47,9 +48,9 @@ step_sanity() {
 }
 
 # pytest over one directory; the junit counts go to $out/<step>-counts for the summary.
-pytest_step() { # pytest_step <step> <dir>
+pytest_step() { # pytest_step <step> <dir> [pytest options]
   banner "pytest $2"
-  python -m pytest "$2" -p no:cacheprovider -q --junitxml="$out/$1.xml"
+  python -m pytest "$2" -p no:cacheprovider -q --junitxml="$out/$1.xml" "${@:3}"
   local rc=$?
   python3 - "$out/$1.xml" <<'PY' >"$out/$1-counts" || echo "0 0" >"$out/$1-counts"
 import sys, xml.etree.ElementTree as ET
@@ -138,10 +139,27 @@ step_firstcontact() {
   return $rc
 }
 
+# The real vLLM with all its dependencies (torch, CPU-only), one env per release, built once with
+# uv into ~/.cache/gpuserve/vllm-full (~15 GB for three; minutes cold, nothing warm). Tests of an
+# env that cannot be built skip with the reason printed (-rs), and the step fails: a tier that
+# did not run is not a pass.
+step_vllm_full() {
+  banner "pytest tests/vllm_full (real vLLM 0.16.0 / 0.17.0 / 0.18.0 with torch, no GPU)"
+  local start=$SECONDS rc envs_rc=0
+  python3 tests/support/vllm_full_env.py 0.16.0 0.17.0 0.18.0 || envs_rc=1
+  [ "$envs_rc" -ne 0 ] && echo "FAIL: a vLLM env could not be built; its tests skip (reasons below)"
+  echo "vllm_full: envs ready after $((SECONDS - start)) s"
+  pytest_step vllm_full tests/vllm_full -rs
+  rc=$?
+  [ "$envs_rc" -ne 0 ] && rc=1
+  echo "vllm_full: $((SECONDS - start)) s in all"
+  return $rc
+}
+
 for step in "${steps[@]}"; do
   case "$step" in
     lint | sanity | build | rehearsal | firstcontact) "step_$step"; record "$step" $? ;;
-    unit | integration)
+    unit | integration | vllm_full)
       "step_$step"; rc=$?
       read -r up uf <"$out/$step-counts"
       passed=$((passed + up)); failed=$((failed + uf))

@@ -81,13 +81,27 @@ def systemd_env_lines(env: t.Mapping[str, t.Any]) -> list[str]:
 
 
 def _flag_name(key: str) -> str:
+    """`tensor_parallel_size` -> `--tensor-parallel-size`; dotted keys keep their tail.
+
+    vLLM turns `_` into `-` only before the first dot: after it the key is the config field's
+    own name (`--compilation-config.pass_config.fuse_allreduce_rms`).
+    """
     key = str(key).strip()
     if not key:
         raise ServerConfigError("empty flag name")
-    return key if key.startswith("-") else "--" + key.replace("_", "-")
+    if key.startswith("-"):
+        return key
+    head, dot, tail = key.partition(".")
+    return "--" + head.replace("_", "-") + dot + tail
+
+
+def _is_dotted(flag: str) -> bool:
+    return "." in flag.lstrip("-")
 
 
 def _flag_value(value: t.Any) -> str:
+    if isinstance(value, bool):  # only dotted flags get here: their values are JSON
+        return "true" if value else "false"
     if isinstance(value, (dict, list, tuple)):
         # json.dumps always yields valid JSON, whatever quotes or backslashes the values hold.
         return json.dumps(value, sort_keys=False, separators=(", ", ": "))
@@ -104,6 +118,8 @@ def serve_argv(executable: str, model: str, options: t.Mapping[str, t.Any],
     True renders a bare flag, False/None/"" leaves it out, dicts and lists render as JSON, a
     list of strings under a key whose name ends in `[]` repeats the flag. `extra_flags`
     override `options` of the same flag (False there removes a flag the role would set).
+    Dotted keys (`compilation_config.pass_config.fuse_allreduce_rms`) always carry a value,
+    booleans as `true`/`false`: vLLM reads the word after a bare dotted flag as its value.
     """
     if not model:
         raise ServerConfigError("the model path is empty")
@@ -113,29 +129,56 @@ def serve_argv(executable: str, model: str, options: t.Mapping[str, t.Any],
             merged[_flag_name(key)] = value
     argv = [str(executable), *subcommand, str(model)]
     for flag, value in merged.items():
-        if value is None or value is False or value == "":
+        if value is None or value == "":
             continue
-        if value is True:
+        if _is_dotted(flag):
+            argv += [flag, _flag_value(value)]
+        elif value is False:
+            continue
+        elif value is True:
             argv.append(flag)
         elif flag.endswith("[]"):
             for item in value if isinstance(value, (list, tuple)) else [value]:
                 argv += [flag[:-2], _flag_value(item)]
         else:
             argv += [flag, _flag_value(value)]
+    if "--enable-auto-tool-choice" in argv and "--tool-call-parser" not in argv:
+        raise ServerConfigError(
+            "vllm_server_enable_auto_tool_choice is true but vllm_server_tool_call_parser is "
+            "empty: vLLM refuses --enable-auto-tool-choice without --tool-call-parser. Set "
+            "vllm_server_tool_call_parser (kimi_k2 for Kimi-K2.5) or "
+            "vllm_server_enable_auto_tool_choice: false")
     return argv
+
+
+# Speculation methods whose proposer loads a separate drafter checkpoint (vLLM's
+# SpeculativeConfig); ngram, suffix and mtp need none.
+DRAFTER_METHODS = ("eagle", "eagle3", "medusa", "mlp_speculator", "draft_model")
 
 
 def speculative_config(method: str | None, model: str | None, num_speculative_tokens: t.Any,
                        draft_tensor_parallel_size: t.Any = None,
                        extra: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any] | None:
-    """The --speculative-config mapping, or None when no drafter is configured."""
-    if not method:
+    """The --speculative-config mapping, or None for no speculation.
+
+    method `auto` means eagle3 with a drafter and no speculation without one; `none` or empty
+    switches speculation off; any other method (eagle3, ngram, suffix, mtp...) is passed on, with
+    the drafter only when given. `draft_tensor_parallel_size` is left out when empty or without a
+    drafter: only the draft_model proposer uses it, EAGLE drafters run with the target's TP.
+    """
+    method = str(method or "").strip()
+    if method == "auto":
+        method = "eagle3" if model else ""
+    if method in ("", "none", "None"):
         return None
-    config: dict[str, t.Any] = {"method": str(method)}
+    config: dict[str, t.Any] = {"method": method}
     if model:
         config["model"] = str(model)
-    elif method in ("eagle", "eagle3", "medusa", "draft_model"):
-        raise ServerConfigError(f"speculative method {method!r} needs a drafter model path")
+    elif method in DRAFTER_METHODS:
+        raise ServerConfigError(
+            f"vllm_server_speculative_method is {method!r}, which needs a drafter, and "
+            "vllm_server_drafter_path is empty: set the drafter's directory, or choose a method "
+            "without one (ngram, suffix) or 'none'")
     try:
         tokens = int(num_speculative_tokens)
     except (TypeError, ValueError):
@@ -145,7 +188,7 @@ def speculative_config(method: str | None, model: str | None, num_speculative_to
     if tokens < 1:
         raise ServerConfigError(f"num_speculative_tokens must be >= 1, got {tokens}")
     config["num_speculative_tokens"] = tokens
-    if draft_tensor_parallel_size not in (None, ""):
+    if model and draft_tensor_parallel_size not in (None, ""):  # a drafter's own TP
         config["draft_tensor_parallel_size"] = int(draft_tensor_parallel_size)
     config.update(dict(extra or {}))
     return config

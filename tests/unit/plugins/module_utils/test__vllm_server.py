@@ -135,11 +135,32 @@ def test_systemd_env_lines_refuses_bad_names() -> None:
     ({"enable_auto_tool_choice": True}, {"enable_auto_tool_choice": False}, []),
     ({}, {"--max-num-seqs": 64, "enforce-eager": True}, ["--max-num-seqs", "64", "--enforce-eager"]),
     ({}, {"middleware[]": ["a.B", "c.D"]}, ["--middleware", "a.B", "--middleware", "c.D"]),
+    # vLLM converts `_` only before the first dot; a bare dotted flag eats the next word.
+    ({}, {"compilation_config.pass_config.fuse_allreduce_rms": True},
+     ["--compilation-config.pass_config.fuse_allreduce_rms", "true"]),
+    ({}, {"compilation_config.pass_config.fuse_allreduce_rms": False},
+     ["--compilation-config.pass_config.fuse_allreduce_rms", "false"]),
+    ({}, {"compilation_config.mode": 3, "compilation_config.cudagraph_sizes": [1, 2]},
+     ["--compilation-config.mode", "3", "--compilation-config.cudagraph_sizes", "[1, 2]"]),
+    ({}, {"compilation_config.mode": None}, []),
+    ({}, {"--compilation-config.pass_config.fuse_allreduce_rms": True},
+     ["--compilation-config.pass_config.fuse_allreduce_rms", "true"]),
+    ({"enable_auto_tool_choice": True, "tool_call_parser": "kimi_k2"}, None,
+     ["--enable-auto-tool-choice", "--tool-call-parser", "kimi_k2"]),
 ])
 def test_serve_argv(options: dict, extra: dict | None, expected_tail: list[str]) -> None:
     argv = vs.serve_argv("/opt/ml-env/bin/vllm", "/srv/m", options, extra)
     assert argv[:3] == ["/opt/ml-env/bin/vllm", "serve", "/srv/m"]
     assert argv[3:] == expected_tail
+
+
+@pytest.mark.parametrize("options", [
+    {"enable_auto_tool_choice": True, "tool_call_parser": ""},
+    {"enable_auto_tool_choice": True},
+])
+def test_serve_argv_refuses_auto_tool_choice_without_parser(options: dict) -> None:
+    with pytest.raises(vs.ServerConfigError, match="vllm_server_tool_call_parser is empty"):
+        vs.serve_argv("/x", "/m", options)
 
 
 def test_serve_argv_needs_a_model() -> None:
@@ -156,6 +177,14 @@ def test_serve_argv_needs_a_model() -> None:
      {"method": "eagle3", "model": "/d", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1,
       "max_model_len": 2048}),
     (("ngram", None, 4), {"method": "ngram", "num_speculative_tokens": 4}),
+    (("ngram", "", 4, "", {"prompt_lookup_max": 4}),
+     {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}),
+    (("suffix", "", 8), {"method": "suffix", "num_speculative_tokens": 8}),
+    (("ngram", "", 4, 8), {"method": "ngram", "num_speculative_tokens": 4}),
+    (("auto", "/d", 3), {"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}),
+    (("auto", "", 3), None),
+    (("none", "/d", 3), None),
+    (("", "/d", 3), None),
 ])
 def test_speculative_config(args: tuple, expected: dict | None) -> None:
     assert vs.speculative_config(*args) == expected
@@ -163,6 +192,7 @@ def test_speculative_config(args: tuple, expected: dict | None) -> None:
 
 @pytest.mark.parametrize("args, message", [
     (("eagle3", "", 3), "needs a drafter"),
+    (("draft_model", None, 3), "vllm_server_drafter_path is empty"),
     (("eagle3", "/d", 0), ">= 1"),
     (("eagle3", "/d", "three"), "positive integer"),
 ])

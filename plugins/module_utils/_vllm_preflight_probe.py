@@ -1,0 +1,396 @@
+# Private to the gpuserve.vllm collection: not a public API, may change without notice.
+"""The preflight probe: a script the vllm_serve_preflight module runs with the ml-env's python.
+
+It is never imported by Ansible code on the node: the module sends this file's source to the
+ml-env interpreter (`python - REQUEST.json`), because only that interpreter has vLLM. Everything
+it judges, vLLM judges: vLLM's own `vllm serve` parser parses the unit's argv, vLLM's own
+config classes build the model and speculative configs from the checkpoints' config.json (no
+weights are read), and the attention backends vLLM would choose between on the node's compute
+capability are asked, through their own `validate_configuration`, whether they take the KV-cache
+dtype. No table of vLLM facts is kept here.
+
+Stdlib at the top level; vLLM and torch are imported inside the functions. Backend modules that
+allocate CUDA buffers at import time get them on torch's `meta` device (the running server holds
+the GPUs). On a machine with no GPU (tests, rehearsals with full dependencies) vLLM's CPU
+platform stands in for building the parser, as vLLM itself does for `vllm bench`, and the CUDA
+platform module is imported with its compiled ops stubbed (only its backend priority list is
+read). Each such stand-in is reported in the result's notes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import sys
+import time
+import traceback
+import typing as t
+
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (?P<args>.*)")
+_ARGUMENT = re.compile(r"argument (?P<flag>--[\w.-]+)")
+
+
+class Probe:
+    """One preflight run; `problems` are refusals, `notes` what could not be judged here."""
+
+    def __init__(self, request: t.Mapping[str, t.Any]) -> None:
+        self.request = request
+        self.argv: list[str] = [str(a) for a in request["argv"]]
+        self.variables: dict[str, str] = dict(request.get("variables") or {})
+        self.checks: list[dict[str, t.Any]] = []
+        self.problems: list[dict[str, t.Any]] = []
+        self.notes: list[str] = []
+        self.version = "unknown"
+        self.timings: dict[str, float] = {}
+        self._mark = time.monotonic()
+
+    def lap(self, stage: str) -> None:
+        now = time.monotonic()
+        self.timings[stage] = round(now - self._mark, 2)
+        self._mark = now
+
+    # ---- reporting --------------------------------------------------------------------------
+
+    def variable(self, flag: str) -> str:
+        return self.variables.get(flag) or f"the flag {flag} (vllm_server_extra_flags)"
+
+    def check(self, name: str, detail: str) -> None:
+        self.checks.append({"name": name, "ok": True, "detail": detail})
+
+    def refuse(self, name: str, flags: t.Sequence[str], message: str, fix: str) -> None:
+        names = sorted({self.variable(f) for f in flags}) or ["the vllm_server settings"]
+        self.checks.append({"name": name, "ok": False, "detail": message})
+        self.problems.append({"check": name, "variables": names, "flags": list(flags),
+                              "message": message.strip(), "fix": fix})
+
+    # ---- stages -----------------------------------------------------------------------------
+
+    def platform(self) -> t.Any:
+        from vllm import platforms
+
+        if platforms.current_platform.is_unspecified():
+            from vllm.platforms.cpu import CpuPlatform
+
+            platforms.current_platform = CpuPlatform()
+            self.notes.append("no GPU platform detected: vLLM's CPU platform stands in for "
+                              "building the parser and configs (as `vllm bench` does)")
+        return platforms.current_platform
+
+    def parse(self) -> t.Any:
+        """vLLM's `vllm serve` parser on argv[1:], then the serve subcommand's own validate()."""
+        from vllm.entrypoints.cli import serve
+
+        try:
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+        except ImportError:  # older layout
+            from vllm.utils import FlexibleArgumentParser  # type: ignore[no-redef]
+        parser = FlexibleArgumentParser(prog="vllm")
+        subparsers = parser.add_subparsers(required=False, dest="subparser")
+        commands = {}
+        for cmd in serve.cmd_init():
+            cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
+            commands[cmd.name] = cmd
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                args = parser.parse_args(self.argv[1:])
+        except SystemExit:
+            text = err.getvalue().strip().splitlines()
+            message = text[-1] if text else "vllm serve refused the command line"
+            unknown = _UNRECOGNIZED.search(message)
+            flags = ([a for a in unknown.group("args").split() if a.startswith("--")] if unknown
+                     else _ARGUMENT.findall(message))
+            fix = ("remove the flag, or pin a vLLM release that has it (vllm_install_version)"
+                   if unknown else "give the value vLLM's parser accepts (see the message)")
+            self.refuse("parser", flags, f"vLLM {self.version}: {message}", fix)
+            return None
+        try:
+            commands[args.subparser].validate(args)
+        except Exception as exc:  # vLLM raises TypeError/ValueError here
+            flags = [f for f in self._flags() if f.lstrip("-").replace("-", "_") in str(exc)
+                     or f in str(exc)]
+            self.refuse("serve-validate", flags, f"vLLM {self.version}: {exc}",
+                        "set the flags vLLM asks for in the message")
+            return None
+        if getattr(args, "model_tag", None):
+            args.model = args.model_tag
+        self.check("parser", f"vLLM {self.version}'s `vllm serve` parser accepts all "
+                             f"{len(self._flags())} flags")
+        return args
+
+    def _flags(self) -> list[str]:
+        return [a for a in self.argv if a.startswith("--")]
+
+    def configs(self, args: t.Any) -> tuple[t.Any, t.Any, t.Any]:
+        """Model config, speculative config and (where vLLM gets that far here) engine config."""
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        engine_args = AsyncEngineArgs.from_cli_args(args)
+        try:
+            model_config = engine_args.create_model_config()
+        except Exception as exc:
+            self.refuse("model-config", ["--model"] + self._mentioned(exc),
+                        f"vLLM {self.version} cannot build the model config from "
+                        f"{engine_args.model}/config.json: {_first_lines(exc)}",
+                        "point vllm_server_model_path at the checkpoint and fix the flags named")
+            return None, None, None
+        self.check("model-config", f"{type(model_config.hf_config).__name__} "
+                                   f"(text model_type {model_config.hf_text_config.model_type}, "
+                                   f"MLA {model_config.use_mla}) from config.json")
+        spec = None
+        if engine_args.speculative_config:
+            spec = self.speculative(engine_args, model_config)
+            if spec is None:
+                return model_config, None, None
+        try:
+            engine_config = engine_args.create_engine_config()
+        except Exception as exc:
+            message = f"create_engine_config stopped here: {_first_lines(exc)}"
+            if self.gpu:
+                self.refuse("engine-config", self._mentioned(exc), f"vLLM {self.version}: "
+                            + message, "fix the flags named in the message")
+            else:
+                self.notes.append(message + " (no GPU on this machine: not a refusal)")
+            return model_config, spec, None
+        self.check("engine-config", "create_engine_config() accepted the whole configuration")
+        return model_config, spec, engine_config
+
+    def speculative(self, engine_args: t.Any, model_config: t.Any) -> t.Any:
+        from vllm.config import ParallelConfig
+
+        parallel = ParallelConfig(tensor_parallel_size=engine_args.tensor_parallel_size,
+                                  pipeline_parallel_size=engine_args.pipeline_parallel_size)
+        asked = json.dumps(dict(engine_args.speculative_config), default=str)[:300]
+        try:
+            spec = engine_args.create_speculative_config(model_config, parallel)
+        except Exception as exc:
+            self.refuse("speculative-config", ["--speculative-config"],
+                        f"vLLM {self.version}: SpeculativeConfig refused {asked}: "
+                        f"{_first_lines(exc)}",
+                        "use a drafter, method and target this vLLM supports; for EAGLE-3 with "
+                        "Kimi-K2.5 on 0.16/0.17 the eagle3_patches role must have run")
+            return None
+        draft = getattr(spec, "draft_model_config", None)
+        detail = f"method {spec.method}, {spec.num_speculative_tokens} tokens"
+        if draft is not None and spec.method in ("eagle3", "eagle"):
+            # vLLM's EAGLE-3 heads size their fc layer from the drafter's target_hidden_size
+            # (else its hidden_size) times 3: it must match the target's hidden size.
+            drafted = getattr(draft.hf_config, "target_hidden_size", None) or \
+                draft.hf_config.hidden_size
+            target = model_config.get_hidden_size()
+            if drafted != target:
+                self.refuse("drafter-hidden-size", ["--speculative-config"],
+                            f"vLLM {self.version}: the drafter {draft.model} is built for a "
+                            f"target hidden size of {drafted}, the target "
+                            f"{model_config.model} has {target}",
+                            "use a drafter trained for this target model")
+                return None
+            detail += f", drafter {type(draft.hf_config).__name__} hidden size {drafted} = target's"
+        self.check("speculative-config", detail)
+        return spec
+
+    def _mentioned(self, exc: BaseException) -> list[str]:
+        text = str(exc)
+        return [f for f in self._flags()
+                if f.lstrip("-").split(".")[0].replace("-", "_") in text]
+
+    # ---- attention backends on the node's GPU -----------------------------------------------
+
+    def capability(self, platform: t.Any) -> tuple[int, int] | None:
+        if self.gpu:
+            cap = platform.get_device_capability()
+            if cap is not None:
+                return cap.major, cap.minor
+        given = str(self.request.get("compute_capability") or "").strip()
+        if not given:
+            return None
+        major, _dot, minor = given.partition(".")
+        return int(major), int(minor or 0)
+
+    def backends(self, cap: tuple[int, int], args: t.Any, model_config: t.Any,
+                 engine_config: t.Any, spec: t.Any) -> None:
+        cuda = self._cuda_platform()
+        from vllm.config import VllmConfig, set_current_vllm_config
+        from vllm.platforms.interface import DeviceCapability
+        from vllm.v1.attention.selector import AttentionSelectorConfig
+
+        device = DeviceCapability(*cap)
+        kv = args.kv_cache_dtype or "auto"
+        vllm_config = engine_config
+        if vllm_config is None:
+            try:
+                vllm_config = VllmConfig(model_config=model_config)
+            except Exception:
+                vllm_config = VllmConfig()
+        selected = getattr(args, "attention_backend", None)
+        models = [("target", model_config)]
+        draft = getattr(spec, "draft_model_config", None) if spec is not None else None
+        if draft is not None:
+            models.append(("drafter", draft))
+        with set_current_vllm_config(vllm_config):
+            for role, config in models:
+                fields = {
+                    "head_size": config.get_head_size(), "dtype": config.dtype,
+                    "kv_cache_dtype": kv, "block_size": None, "use_mla": config.use_mla,
+                    # vLLM's DeepSeek model uses sparse attention when the config has index_topk
+                    "use_sparse": hasattr(config.hf_text_config, "index_topk"),
+                }
+                known = {k: v for k, v in fields.items()
+                         if k in AttentionSelectorConfig._fields}
+                selector = AttentionSelectorConfig(**known)
+                heads = config.hf_text_config.num_attention_heads // max(
+                    1, int(args.tensor_parallel_size or 1))
+                self._judge(cuda, device, selector, heads, selected, role, config, kv)
+
+    def _judge(self, cuda: t.Any, device: t.Any, selector: t.Any, heads: int, selected: t.Any,
+               role: str, config: t.Any, kv: str) -> None:
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        if selected:
+            candidates = [AttentionBackendEnum[getattr(selected, "name", str(selected)).upper()]]
+        else:
+            try:
+                candidates = cuda._get_backend_priorities(selector.use_mla, device, heads)
+            except TypeError:  # 0.16: no num_heads parameter
+                candidates = cuda._get_backend_priorities(selector.use_mla, device)
+        valid, reasons = [], {}
+        for backend in candidates:
+            try:
+                with _cuda_buffers_on_meta(self):
+                    cls = backend.get_class()
+            except ImportError as exc:
+                reasons[backend.name] = [f"ImportError: {exc}"]
+                continue
+            invalid = cls.validate_configuration(device_capability=device, **selector._asdict())
+            if invalid:
+                reasons[backend.name] = list(invalid)
+            else:
+                valid.append(backend.name)
+        where = f"compute capability {device.major}.{device.minor}"
+        what = (f"{role} ({type(config.hf_config).__name__}, "
+                f"{'MLA' if selector.use_mla else 'non-MLA'}, head size {selector.head_size}, "
+                f"KV cache {kv})")
+        if valid:
+            self.check(f"attention-backend-{role}", f"{what}: {', '.join(valid)} on {where}")
+            return
+        # Which dtypes would work: those of the backends that pass every other test.
+        usable = sorted({d for name in reasons
+                         for d in _supported_dtypes(AttentionBackendEnum[name])
+                         if reasons[name] == ["kv_cache_dtype not supported"]})
+        fix = (f"set vllm_server_kv_cache_dtype to one of {usable} (the KV-cache dtypes of the "
+               f"backends that support {where} in vLLM {self.version}), or pin a vLLM release "
+               f"whose backends take {kv} on this GPU (vllm_install_version)") if usable else \
+            "choose another attention backend, KV-cache dtype or vLLM release"
+        flags = ["--kv-cache-dtype"] + (["--attention-backend"] if selected else [])
+        detail = "; ".join(f"{n}: {', '.join(r)}" for n, r in reasons.items())
+        self.refuse(f"attention-backend-{role}", flags,
+                    f"vLLM {self.version} has no attention backend for the {what} on {where} "
+                    f"(vLLM would stop with 'No valid attention backend found'): {detail}", fix)
+
+    def _cuda_platform(self) -> t.Any:
+        try:
+            from vllm.platforms import cuda
+        except ImportError as exc:  # no CUDA driver here: only the priority list is read
+            import types
+
+            sys.modules["vllm._C"] = types.ModuleType("vllm._C")
+            from vllm.platforms import cuda
+
+            self.notes.append(f"vllm.platforms.cuda imported with vllm._C stubbed ({exc})")
+        return cuda
+
+    # ---- driver -----------------------------------------------------------------------------
+
+    def run(self) -> dict[str, t.Any]:
+        started = time.monotonic()
+        result: dict[str, t.Any] = {"skipped": False}
+        try:
+            from importlib.metadata import version
+
+            self.version = version("vllm")
+        except Exception as exc:
+            return {"skipped": True, "skip_reason": f"vLLM is not installed here ({exc})"}
+        try:
+            import torch  # noqa: F401  (vLLM without its dependencies: rehearsal with no_deps)
+            import vllm  # noqa: F401
+        except ImportError as exc:
+            return {"skipped": True, "vllm_version": self.version,
+                    "skip_reason": f"vLLM {self.version} is installed without its dependencies "
+                                   f"({exc}); vLLM's parser and configs cannot run, nothing was "
+                                   "checked (vllm_install_no_deps?)"}
+        self.lap("import vllm")
+        platform = self.platform()
+        self.gpu = not platform.is_cpu()
+        result["platform"] = type(platform).__name__
+        args = self.parse()
+        self.lap("parser")
+        if args is not None:
+            model_config, spec, engine_config = self.configs(args)
+            self.lap("configs")
+            cap = self.capability(platform)
+            result["compute_capability"] = f"{cap[0]}.{cap[1]}" if cap else None
+            if model_config is not None and cap is not None:
+                self.backends(cap, args, model_config, engine_config, spec)
+                self.lap("attention backends")
+            elif cap is None:
+                self.notes.append("no compute capability known: KV-cache dtype and attention "
+                                  "backends not checked")
+        result.update({"vllm_version": self.version, "checks": self.checks,
+                       "problems": self.problems, "notes": self.notes,
+                       "timings": self.timings,
+                       "seconds": round(time.monotonic() - started, 2)})
+        return result
+
+
+def _supported_dtypes(backend: t.Any) -> list[str]:
+    try:
+        return list(getattr(backend.get_class(), "supported_kv_cache_dtypes", []) or [])
+    except Exception:
+        return []
+
+
+@contextlib.contextmanager
+def _cuda_buffers_on_meta(probe: Probe) -> t.Iterator[None]:
+    """Tensors a backend module allocates on CUDA at import go to `meta` instead.
+
+    Always, not only without a GPU: on a node the running server holds the GPU memory, and the
+    preflight must neither take any nor open a CUDA context next to it.
+    """
+    from torch.overrides import TorchFunctionMode
+
+    class _Meta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = dict(kwargs or {})
+            if str(kwargs.get("device", "")).startswith("cuda"):
+                kwargs["device"] = "meta"
+            return func(*args, **kwargs)
+
+    note = "CUDA buffers that attention backend modules allocate at import went to torch's meta device"
+    if note not in probe.notes:
+        probe.notes.append(note)
+    with _Meta():
+        yield
+
+
+def _first_lines(exc: BaseException, limit: int = 3) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    lines = [line.split(" [type=")[0] for line in lines if "errors.pydantic.dev" not in line]
+    return " ".join(line.strip() for line in lines[:limit]) or type(exc).__name__
+
+
+def main() -> int:
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        request = json.load(handle)
+    try:
+        result = Probe(request).run()
+    except Exception:
+        result = {"skipped": False, "crashed": True, "error": traceback.format_exc()[-4000:]}
+    with open(request["result_path"], "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,225 @@
+#!/usr/bin/python
+# Copyright: gpuserve maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Let the installed vLLM judge the serve command line before the unit is touched."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_serve_preflight
+short_description: Have the installed vLLM judge a C(vllm serve) command line before it runs
+version_added: 0.1.0
+description:
+  - Runs a probe with the interpreter of the environment vLLM is installed in (O(python)); the
+    probe makes vLLM's own C(vllm serve) argument parser parse exactly O(argv) (then the serve
+    subcommand's own C(validate)), builds vLLM's model config from the checkpoint's
+    C(config.json) and its C(SpeculativeConfig) with the drafter's C(config.json), without
+    reading any weights, and goes on to C(create_engine_config) as far as the machine allows.
+  - Checks that the EAGLE drafter was built for the target's hidden size (vLLM sizes the
+    drafter's C(fc) layer from the drafter's C(target_hidden_size), else its C(hidden_size)).
+  - Derives what only fails on the GPUs from the installed vLLM's code, with no table kept here;
+    the attention backends vLLM's CUDA platform would choose between for the node's compute
+    capability are asked, through their own C(validate_configuration), whether they take the
+    model's attention (MLA or not, head size, dtype) with the requested KV-cache dtype; with
+    none left, vLLM would stop with "No valid attention backend found". The target and the
+    drafter are checked.
+  - A refusal names the variable(s), the vLLM version and the fix. It takes seconds (vLLM's
+    import dominates), and it starts, stops and changes nothing, so a running server is left
+    alone.
+  - When vLLM is installed without its dependencies (rehearsals with C(vllm_install_no_deps)),
+    it says that it was skipped and why, and does not fail.
+author:
+  - gpuserve maintainers (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+  platform:
+    platforms: posix
+options:
+  python:
+    description: Interpreter of the environment vLLM is installed in (the ml-env's C(bin/python)).
+    type: path
+    required: true
+  argv:
+    description:
+      - The command line the unit runs, program first (C([/opt/ml-env/bin/vllm, serve, MODEL,
+        --flag, value, ...])), exactly as rendered for C(ExecStart=).
+    type: list
+    elements: str
+    required: true
+  compute_capability:
+    description:
+      - The node's GPU compute capability (C(12.0) on RTX PRO 6000 Blackwell), used when the probe
+        cannot ask the GPU itself (no GPU or no driver). A detected GPU wins.
+      - Empty, with no GPU detected, skips the attention-backend check (and says so).
+    type: str
+    default: ""
+  extra_flags:
+    description: Flags that came from C(vllm_server_extra_flags), so refusals name that variable.
+    type: list
+    elements: str
+    default: []
+  timeout:
+    description: Seconds the probe may take before the module fails.
+    type: int
+    default: 300
+  fail_on_problems:
+    description: Fail when vLLM would refuse the configuration. V(false) only returns the problems.
+    type: bool
+    default: true
+notes:
+  - The CUDA buffers some attention backend modules allocate at import go to torch's C(meta)
+    device, so the probe takes no GPU memory next to a running server.
+  - Without a GPU the probe uses vLLM's CPU platform to build the parser (as C(vllm bench)
+    does) and imports vLLM's CUDA platform module with its compiled ops stubbed (only its
+    backend priority list is read). Every such stand-in is listed in RV(notes).
+  - On a machine without a GPU, C(create_engine_config) may stop on CPU-only limits; that is
+    reported in RV(notes), not as a refusal.
+seealso:
+  - module: gpuserve.vllm.vllm_weights_check
+"""
+
+EXAMPLES = r"""
+- name: Let vLLM judge the command line before the unit changes
+  gpuserve.vllm.vllm_serve_preflight:
+    python: /opt/ml-env/bin/python
+    argv: "{{ vllm_server__argv }}"
+    compute_capability: "12.0"
+    extra_flags: "{{ vllm_server_extra_flags | list }}"
+"""
+
+RETURN = r"""
+skipped:
+  description: True when the probe could not run vLLM (not installed, or without its dependencies).
+  returned: always
+  type: bool
+  sample: false
+skip_reason:
+  description: Why nothing was checked.
+  returned: when skipped
+  type: str
+  sample: "vLLM 0.17.0 is installed without its dependencies (No module named 'torch'); ..."
+vllm_version:
+  description: The installed vLLM's version.
+  returned: when vLLM is installed
+  type: str
+  sample: "0.17.0"
+compute_capability:
+  description: The compute capability the backends were judged for.
+  returned: when not skipped
+  type: str
+  sample: "12.0"
+checks:
+  description: Every check, passed or not, with what vLLM said.
+  returned: when not skipped
+  type: list
+  elements: dict
+  sample:
+    - name: attention-backend-target
+      ok: true
+      detail: "target (KimiK25Config, MLA, head size 576, KV cache auto): TRITON_MLA on compute capability 12.0"
+problems:
+  description: The refusals, each with the variables, vLLM's message and the fix.
+  returned: when not skipped
+  type: list
+  elements: dict
+notes:
+  description: What could not be judged on this machine, and the stand-ins used without a GPU.
+  returned: when not skipped
+  type: list
+  elements: str
+timings:
+  description: Seconds per stage of the probe (import vllm, parser, configs, attention backends).
+  returned: when not skipped
+  type: dict
+  sample: {"import vllm": 8.8, "parser": 8.6, "configs": 12.1, "attention backends": 3.2}
+seconds:
+  description: Wall time of the probe.
+  returned: always
+  type: float
+  sample: 12.4
+"""
+
+import inspect
+import json
+import os
+import subprocess
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_preflight_probe
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_preflight import (
+    flag_variables,
+    refusal_message,
+)
+
+
+def run_probe(python: str, request: dict, timeout: int) -> dict:
+    """Run the probe's source with `python`; its result, or a crash description."""
+    # The probe's own source (from the AnsiballZ payload on the node), run by the ml-env python.
+    source = inspect.getsource(_vllm_preflight_probe).encode("utf-8")
+    with tempfile.TemporaryDirectory(prefix="gpuserve-preflight-") as tmp:
+        request = dict(request, result_path=os.path.join(tmp, "result.json"))
+        request_path = os.path.join(tmp, "request.json")
+        with open(request_path, "w", encoding="utf-8") as handle:
+            json.dump(request, handle)
+        env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
+        started = time.monotonic()
+        try:
+            proc = subprocess.run([python, "-", request_path], input=source, env=env, cwd=tmp,
+                                  capture_output=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return {"crashed": True, "error": f"the probe took longer than {timeout} s"}
+        seconds = round(time.monotonic() - started, 2)
+        if not os.path.exists(request["result_path"]):
+            tail = proc.stderr.decode("utf-8", "replace")[-3000:]
+            return {"crashed": True, "seconds": seconds,
+                    "error": f"{python} exited {proc.returncode} without a result: {tail}"}
+        with open(request["result_path"], encoding="utf-8") as handle:
+            result = json.load(handle)
+        result["seconds"] = seconds
+        return result
+
+
+def main() -> None:
+    """Run the probe, then fail with every refusal or return what vLLM said."""
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "argv": {"type": "list", "elements": "str", "required": True},
+            "compute_capability": {"type": "str", "default": ""},
+            "extra_flags": {"type": "list", "elements": "str", "default": []},
+            "timeout": {"type": "int", "default": 300},
+            "fail_on_problems": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if not os.access(params["python"], os.X_OK):
+        module.fail_json(msg=f"python={params['python']} is not an executable interpreter: point "
+                             "it at the ml-env's bin/python (ml_env_dir)")
+    argv = params["argv"]
+    request = {"argv": argv, "compute_capability": params["compute_capability"],
+               "variables": flag_variables(argv, params["extra_flags"])}
+    result = run_probe(params["python"], request, params["timeout"])
+    result["changed"] = False
+    if result.pop("crashed", False):
+        module.fail_json(msg=f"the vLLM preflight probe crashed: {result.get('error')}", **result)
+    if result.get("skipped"):
+        module.exit_json(**result)
+    if result.get("problems") and params["fail_on_problems"]:
+        module.fail_json(msg=refusal_message(result), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

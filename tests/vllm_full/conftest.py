@@ -1,0 +1,119 @@
+"""The vllm_full tier: the real vLLM with all its dependencies (torch included), on a CPU-only machine.
+
+Envs are built once by tests/support/vllm_full_env.py into ~/.cache/gpuserve/vllm-full/<version>
+(minutes and ~11 GB the first time, seconds afterwards). A test skips - loudly, with the reason -
+only when its env cannot be built (no package index, no disk); anything else is a failure.
+Needs tests/env.sh (ansible-playbook drives the role's rendering and python_patch).
+Run: python -m pytest tests/vllm_full -rs
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import typing as t
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "support"))
+import vllm_full_env  # noqa: E402  (tests/support is not a package on sys.path)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PATCHED, NATIVE, OLD = "0.17.0", "0.18.0", "0.16.0"
+TIMINGS: list[tuple[str, float]] = []
+
+
+def env_python(version: str) -> Path:
+    """The env's python, built on first use; a loud skip only when it cannot be built."""
+    try:
+        return vllm_full_env.build(version)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        pytest.skip(f"VLLM-FULL TIER NOT RUN for vllm=={version}: its env could not be built "
+                    f"({exc}); see tests/support/vllm_full_env.py")
+
+
+def run_python(python: Path, code: str, pythonpath: Path | None = None,
+               timeout: int = 600) -> str:
+    """Run code in an env; its stdout (fails the test with stderr when it exits non-zero)."""
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR")
+    env.pop("PYTHONPATH", None)
+    if pythonpath:
+        env["PYTHONPATH"] = str(pythonpath)
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+def timed(label: str, start: float) -> None:
+    TIMINGS.append((label, time.monotonic() - start))
+
+
+def pytest_terminal_summary(terminalreporter: t.Any) -> None:
+    if TIMINGS:
+        terminalreporter.section("vllm_full timings")
+        for label, seconds in TIMINGS:
+            terminalreporter.write_line(f"{seconds:7.1f} s  {label}")
+
+
+def playbook(play: list[dict], workdir: Path, extra_env: dict[str, str] | None = None,
+             all_plays: bool = False) -> list:
+    """Run plays on localhost with ansible-playbook; the json callback's task results."""
+    if shutil.which("ansible-playbook") is None:
+        pytest.fail("ansible-playbook not found: source tests/env.sh first")
+    path = workdir / "play.json"
+    path.write_text(json.dumps(play))
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOCALHOST_WARNING="false",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_NOCOLOR="1")
+    env.update(extra_env or {})
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}", str(path)],
+                          capture_output=True, text=True, env=env, timeout=900, check=False)
+    try:
+        plays = json.loads(proc.stdout)["plays"]
+    except (ValueError, KeyError, IndexError):
+        raise AssertionError(proc.stdout[-4000:] + proc.stderr[-3000:]) from None
+    found = [[task["hosts"]["localhost"] for task in p["tasks"]] for p in plays]
+    return found if all_plays else found[0]
+
+
+@pytest.fixture(scope="session")
+def patched_overlay(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """vllm 0.17.0 with the eagle3_patches patch set applied by the real python_patch module.
+
+    The env's vllm package is copied as hardlinks into an overlay (python_patch writes through a
+    temp file and a rename, so the cached env is never changed) and put first on PYTHONPATH;
+    python_patch's import_check imports the patched modules with torch present.
+    """
+    python = env_python(PATCHED)
+    site = next((python.parent.parent / "lib").glob("python3*/site-packages"))
+    overlay = tmp_path_factory.mktemp("vllm-0.17.0-patched")
+    subprocess.run(["cp", "-al", str(site / "vllm"), str(overlay / "vllm")], check=True)
+    role = REPO / "roles" / "eagle3_patches"
+    text_type = json.loads((FIXTURES / "kimi-k2.5" / "config.json").read_text())[
+        "text_config"]["model_type"]
+    files = ("{%- set ns = namespace(out=[]) -%}{%- for f in eagle3_patches_patchset -%}"
+             "{%- set ns.out = ns.out + [{'path': '" + str(overlay / "vllm") + "/' ~ f.file, "
+             "'edits': f.edits}] -%}{%- endfor -%}{{ ns.out }}")
+    start = time.monotonic()
+    results = playbook([{
+        "hosts": "localhost", "gather_facts": False,
+        "vars_files": [str(role / "defaults" / "main.yml"), str(role / "vars" / "patchset.yml")],
+        "vars": {"eagle3_patches__model_types": [text_type], "files": files},
+        "tasks": [{
+            "name": "Patch the overlay with the role's patch set, import-checking with torch",
+            "gpuserve.vllm.python_patch": {
+                "files": "{{ files }}", "state": "present", "python": str(python),
+                "import_check": "{{ eagle3_patches_import_modules }}", "backup": False,
+                "state_dir": str(overlay / ".state")},
+            "environment": {"PYTHONPATH": str(overlay), "VLLM_LOGGING_LEVEL": "ERROR"},
+        }],
+    }], overlay)
+    timed("python_patch + import_check of the patched 0.17.0 files", start)
+    return python, overlay, results[0]

@@ -1,0 +1,183 @@
+"""The vllm_serve_preflight module, run by ansible-playbook against the real vLLM envs.
+
+The argv is rendered by the vllm_server role's own variables from the example and rehearsal
+inventories (ansible-playbook, role defaults + vars + the inventory's group_vars), with the model
+and drafter paths pointed at the config.json fixtures (public shapes, fixtures/README.md).
+Compute capability 12.0 (RTX PRO 6000 Blackwell) is given, since this machine has no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, NATIVE, OLD, PATCHED, REPO, env_python, playbook, timed
+
+ROLE = REPO / "roles" / "vllm_server"
+EXAMPLE = REPO / "inventories" / "example" / "group_vars" / "gpu_nodes" / "main.yml"
+REHEARSAL = REPO / "inventories" / "rehearsal" / "group_vars" / "all.yml"
+PATHS = {"vllm_server_model_path": str(FIXTURES / "kimi-k2.5"),
+         "vllm_server_drafter_path": str(FIXTURES / "kimi-k2.5-eagle3")}
+DOTTED = {"compilation_config.pass_config.fuse_allreduce_rms": True}
+
+# name -> (inventory, task vars over it, vLLM version, patched?)
+RENDERED = {
+    "example": (EXAMPLE, {}),
+    "rehearsal": (REHEARSAL, {}),
+    "example-fp8": (EXAMPLE, {"vllm_server_kv_cache_dtype": "fp8"}),
+    "example-fp8-dotted": (EXAMPLE, {"vllm_server_kv_cache_dtype": "fp8",
+                                     "vllm_server_extra_flags": DOTTED}),
+    "bad-drafter": (EXAMPLE, {"vllm_server_drafter_path": "@BAD_DRAFTER@"}),
+    "ngram": (EXAMPLE, {"vllm_server_drafter_path": "", "vllm_server_speculative_method": "ngram",
+                        "vllm_server_speculative_extra": {"prompt_lookup_max": 4}}),
+}
+CASES = {
+    "example on 0.17.0 patched": ("example", PATCHED, True),
+    "rehearsal on 0.17.0 patched": ("rehearsal", PATCHED, True),
+    "fp8 on 0.17.0 patched": ("example-fp8", PATCHED, True),
+    "example on 0.17.0 unpatched": ("example", PATCHED, False),
+    "fp8 and a dotted flag on 0.18.0": ("example-fp8-dotted", NATIVE, False),
+    "drafter of another hidden size on 0.18.0": ("bad-drafter", NATIVE, False),
+    "auto tool choice without parser on 0.18.0": ("no-tool-parser", NATIVE, False),
+    "example on 0.16.0": ("example", OLD, False),
+    "ngram speculation without a drafter on 0.18.0": ("ngram", NATIVE, False),
+}
+
+
+@pytest.fixture(scope="session")
+def argvs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """Each configuration's argv, rendered by the role's own variables through Ansible."""
+    work = tmp_path_factory.mktemp("render")
+    bad = work / "drafter-4096"
+    bad.mkdir()
+    config = json.loads((FIXTURES / "kimi-k2.5-eagle3" / "config.json").read_text())
+    config["hidden_size"] = 4096  # e.g. a drafter trained for another target
+    (bad / "config.json").write_text(json.dumps(config))
+    plays = []
+    for name, (inventory, over) in RENDERED.items():
+        task_vars = dict(PATHS, **{k: (str(bad) if v == "@BAD_DRAFTER@" else v)
+                                   for k, v in over.items()})
+        plays.append({
+            "hosts": "localhost", "gather_facts": False,
+            "vars_files": [str(ROLE / "defaults" / "main.yml"), str(ROLE / "vars" / "main.yml"),
+                           str(inventory)],
+            "tasks": [{"name": name, "ansible.builtin.debug": {"var": "vllm_server__argv"},
+                       "vars": task_vars}],
+        })
+    results = playbook(plays, work, all_plays=True)
+    rendered = {name: tasks[0]["vllm_server__argv"] for name, tasks in zip(RENDERED, results)}
+    # vLLM's own validate() refusing what the role refuses early (the role cannot render it).
+    argv = list(rendered["example"])
+    at = argv.index("--tool-call-parser")
+    rendered["no-tool-parser"] = argv[:at] + argv[at + 2:]
+    return rendered
+
+
+def _preflight(name: str, argv: list[str], version: str, patched: bool,
+               overlay: Path | None, work: Path) -> dict:
+    python = env_python(version)
+    env = {"PYTHONPATH": str(overlay)} if patched else {}
+    start = time.monotonic()
+    result = playbook([{
+        "hosts": "localhost", "gather_facts": False,
+        "tasks": [{"name": name, "gpuserve.vllm.vllm_serve_preflight": {
+            "python": str(python), "argv": argv, "compute_capability": "12.0",
+            "fail_on_problems": False}, "environment": env}],
+    }], work)[0]
+    timed(f"preflight: {name} (probe {result.get('seconds', '?')} s)", start)
+    return result
+
+
+@pytest.fixture(scope="session")
+def verdicts(argvs: dict, request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Every case's module result; cases run GPUSERVE_VLLM_FULL_JOBS at a time (default 2)."""
+    overlay = request.getfixturevalue("patched_overlay")[1]
+    for version in (PATCHED, NATIVE, OLD):
+        env_python(version)  # build (or skip) before the threads start
+    jobs = int(os.environ.get("GPUSERVE_VLLM_FULL_JOBS", "2"))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {case: pool.submit(_preflight, case, argvs[rendered], version, patched,
+                                     overlay, tmp_path_factory.mktemp("preflight"))
+                   for case, (rendered, version, patched) in CASES.items()}
+        return {case: future.result() for case, future in futures.items()}
+
+
+def _problems(result: dict) -> list[dict]:
+    assert not result.get("skipped"), result.get("skip_reason")
+    assert "checks" in result, result.get("msg")
+    return result["problems"]
+
+
+@pytest.mark.parametrize("case", ["example on 0.17.0 patched", "rehearsal on 0.17.0 patched",
+                                  "fp8 and a dotted flag on 0.18.0"])
+def test_valid_configurations_pass(verdicts: dict, case: str) -> None:
+    result = verdicts[case]
+    assert _problems(result) == [], result["problems"]
+    names = {c["name"] for c in result["checks"] if c["ok"]}
+    assert {"parser", "model-config", "speculative-config", "attention-backend-target",
+            "attention-backend-drafter"} <= names, result["checks"]
+    assert result["compute_capability"] == "12.0"
+
+
+def test_ngram_without_drafter_passes(verdicts: dict, argvs: dict) -> None:
+    spec = json.loads(argvs["ngram"][argvs["ngram"].index("--speculative-config") + 1])
+    assert spec == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    result = verdicts["ngram speculation without a drafter on 0.18.0"]
+    assert _problems(result) == []
+    detail = next(c["detail"] for c in result["checks"] if c["name"] == "speculative-config")
+    assert detail.startswith("method ngram")
+
+
+def test_example_runs_triton_mla_on_cc_12(verdicts: dict) -> None:
+    target = next(c for c in verdicts["example on 0.17.0 patched"]["checks"]
+                  if c["name"] == "attention-backend-target")
+    assert "TRITON_MLA" in target["detail"] and "MLA" in target["detail"]
+
+
+def test_fp8_on_0_17_is_refused_from_vllm_code(verdicts: dict) -> None:
+    (problem,) = _problems(verdicts["fp8 on 0.17.0 patched"])
+    assert problem["check"] == "attention-backend-target"
+    assert problem["variables"] == ["vllm_server_kv_cache_dtype"]
+    assert "vLLM 0.17.0" in problem["message"] and "TRITON_MLA: kv_cache_dtype not supported" \
+        in problem["message"]
+    assert "['auto', 'bfloat16']" in problem["fix"]
+
+
+def test_unpatched_0_17_refuses_eagle3_for_kimi(verdicts: dict) -> None:
+    problems = _problems(verdicts["example on 0.17.0 unpatched"])
+    assert [p["check"] for p in problems] == ["speculative-config"]
+    assert "eagle3 is only supported for" in problems[0]["message"]
+    assert "vllm_server_drafter_path" in problems[0]["variables"][0]
+
+
+def test_drafter_hidden_size_mismatch_is_refused(verdicts: dict) -> None:
+    (problem,) = _problems(verdicts["drafter of another hidden size on 0.18.0"])
+    assert problem["check"] == "drafter-hidden-size"
+    assert "4096" in problem["message"] and "7168" in problem["message"]
+
+
+def test_vllm_itself_refuses_auto_tool_choice_without_parser(verdicts: dict) -> None:
+    (problem,) = _problems(verdicts["auto tool choice without parser on 0.18.0"])
+    assert problem["check"] == "serve-validate"
+    assert "--enable-auto-tool-choice requires --tool-call-parser" in problem["message"]
+    assert "vllm_server_enable_auto_tool_choice" in problem["variables"]
+
+
+def test_language_model_only_is_unknown_to_0_16(verdicts: dict) -> None:
+    (problem,) = _problems(verdicts["example on 0.16.0"])
+    assert problem["check"] == "parser"
+    assert "unrecognized arguments" in problem["message"]
+    assert "vllm_server_language_model_only" in problem["variables"]
+    assert "vLLM 0.16.0" in problem["message"]
+
+
+def test_dotted_flag_rendering(argvs: dict) -> None:
+    argv = argvs["example-fp8-dotted"]
+    at = argv.index("--compilation-config.pass_config.fuse_allreduce_rms")
+    assert argv[at + 1] == "true"
