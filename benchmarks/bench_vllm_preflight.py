@@ -59,10 +59,10 @@ def main() -> None:
         "hosts": "localhost", "gather_facts": False,
         "vars_files": [str(ROLE / "defaults" / "main.yml"), str(ROLE / "vars" / "main.yml"),
                        str(EXAMPLE)],
-        "tasks": [{"ansible.builtin.debug": {"var": "vllm_server__argv"}, "vars": {
+        "tasks": [{"ansible.builtin.debug": {"var": "__vllm_server_argv"}, "vars": {
             "vllm_server_model_path": str(FIXTURES / "kimi-k2.5"),
             "vllm_server_drafter_path": str(FIXTURES / "kimi-k2.5-eagle3")}}],
-    }], work)["vllm_server__argv"]
+    }], work)["__vllm_server_argv"]
     print(f"vLLM {opts.version} ({python}); argv: {' '.join(argv[1:])}")
     env = {"PYTHONPATH": opts.pythonpath} if opts.pythonpath else {}
     walls = []

@@ -90,7 +90,7 @@ EXAMPLES = r"""
 - name: Let vLLM judge the command line before the unit changes
   gpuserve.vllm.vllm_serve_preflight:
     python: /opt/ml-env/bin/python
-    argv: "{{ vllm_server__argv }}"
+    argv: "{{ __vllm_server_argv }}"
     compute_capability: "12.0"
     extra_flags: "{{ vllm_server_extra_flags | list }}"
 """

@@ -34,7 +34,7 @@ def patchset(model_types: t.Sequence[str] = DEFAULT_TYPES) -> t.List[t.Dict[str,
         for edit in entry["edits"]:
             edit = dict(edit)
             if "element" in edit:
-                assert edit["element"]["values"] == "{{ eagle3_patches__model_types }}"
+                assert edit["element"]["values"] == "{{ __eagle3_patches_model_types }}"
                 edit["element"] = dict(edit["element"], values=list(model_types))
             edits.append(edit)
         out.append({"file": entry["file"], "edits": edits})

@@ -105,7 +105,7 @@ def patched_overlay(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     results = playbook([{
         "hosts": "localhost", "gather_facts": False,
         "vars_files": [str(role / "defaults" / "main.yml"), str(role / "vars" / "patchset.yml")],
-        "vars": {"eagle3_patches__model_types": [text_type], "files": files},
+        "vars": {"__eagle3_patches_model_types": [text_type], "files": files},
         "tasks": [{
             "name": "Patch the overlay with the role's patch set, import-checking with torch",
             "gpuserve.vllm.python_patch": {

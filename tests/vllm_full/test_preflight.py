@@ -66,11 +66,11 @@ def argvs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
             "hosts": "localhost", "gather_facts": False,
             "vars_files": [str(ROLE / "defaults" / "main.yml"), str(ROLE / "vars" / "main.yml"),
                            str(inventory)],
-            "tasks": [{"name": name, "ansible.builtin.debug": {"var": "vllm_server__argv"},
+            "tasks": [{"name": name, "ansible.builtin.debug": {"var": "__vllm_server_argv"},
                        "vars": task_vars}],
         })
     results = playbook(plays, work, all_plays=True)
-    rendered = {name: tasks[0]["vllm_server__argv"] for name, tasks in zip(RENDERED, results)}
+    rendered = {name: tasks[0]["__vllm_server_argv"] for name, tasks in zip(RENDERED, results)}
     # vLLM's own validate() refusing what the role refuses early (the role cannot render it).
     argv = list(rendered["example"])
     at = argv.index("--tool-call-parser")

@@ -32,13 +32,13 @@ PLAYBOOK = """
   tasks:
     - name: Evaluate the role's derived variables per host
       ansible.builtin.debug:
-        msg: "{{{{ {{'loopback': vllm_server__loopback | bool, 'url': vllm_server__base_url}} }}}}"
+        msg: "{{{{ {{'loopback': __vllm_server_loopback | bool, 'url': __vllm_server_base_url}} }}}}"
       vars:
         vllm_server_host: "{{{{ item }}}}"
       loop: {hosts}
     - name: Evaluate the range problems of bad numbers
       ansible.builtin.debug:
-        msg: "{{{{ vllm_server__range_problems }}}}"
+        msg: "{{{{ __vllm_server_range_problems }}}}"
       vars:
         vllm_server_port: 99999
         vllm_server_tensor_parallel_size: 0
