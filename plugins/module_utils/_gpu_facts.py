@@ -21,14 +21,6 @@ CMDLINE_FILE = "/proc/cmdline"
 JOURNAL_ARGS = ["-k", "-b", "--no-pager", "-q"]
 
 
-def _first_line(*texts: str) -> str:
-    for text in texts:
-        for line in (text or "").splitlines():
-            if line.strip():
-                return line.strip()
-    return ""
-
-
 def read_kernel_log(find: drv.Finder, run: drv.Runner) -> dict[str, t.Any]:
     """This boot's kernel log: the journal when it holds kernel messages, else dmesg; text + source."""
     tried: list[str] = []
@@ -38,13 +30,13 @@ def read_kernel_log(find: drv.Finder, run: drv.Runner) -> dict[str, t.Any]:
         if rc == 0 and not xid.is_empty_journal(out):
             return {"text": out, "source": "journalctl " + " ".join(JOURNAL_ARGS), "reason": None}
         tried.append("journalctl -k -b %s" % (
-            "failed (rc=%d): %s" % (rc, _first_line(err, out)) if rc != 0 else "has no kernel messages"))
+            "failed (rc=%d): %s" % (rc, drv.first_line(err, out)) if rc != 0 else "has no kernel messages"))
     dmesg = find("dmesg")
     if dmesg is not None:
         rc, out, err = run([dmesg])
         if rc == 0:
             return {"text": out, "source": "dmesg", "reason": None}
-        tried.append("dmesg failed (rc=%d): %s" % (rc, _first_line(err, out)))
+        tried.append("dmesg failed (rc=%d): %s" % (rc, drv.first_line(err, out)))
     else:
         tried.append("dmesg is not installed")
     return {"text": None, "source": None, "reason": "; ".join(tried)}
@@ -62,7 +54,7 @@ def _query_gpus(find: drv.Finder, run: drv.Runner, facts: dict[str, t.Any]) -> s
     facts.update(gpus=gpus, gpu_count=len(gpus), unreadable_gpus=unreadable,
                  gpu_present=bool(gpus or unreadable), smi_rc=rc)
     if not facts["gpu_present"]:
-        first = _first_line(err, "\n".join(parsed["messages"]))
+        first = drv.first_line(err, "\n".join(parsed["messages"]))
         facts["no_gpu_reason"] = ("nvidia-smi failed (rc=%d): %s" % (rc, first or "no output")) if rc != 0 \
             else "nvidia-smi lists no GPU" + (" (%s)" % first if first else "")
     facts["mig_enabled_gpus"] = [gpu["index"] for gpu in gpus if gpu["mig_enabled"]]
@@ -96,7 +88,7 @@ def collect(find: drv.Finder, run: drv.Runner, read: drv.Reader,
             except smi.GpuFactsError as exc:
                 facts["topology_error"] = str(exc)
         else:
-            facts["topology_error"] = "nvidia-smi topo -m failed (rc=%d): %s" % (rc, _first_line(err, out))
+            facts["topology_error"] = "nvidia-smi topo -m failed (rc=%d): %s" % (rc, drv.first_line(err, out))
 
     module = drv.kernel_module(find, run, read)
     listed = sorted({gpu["driver_version"] for gpu in facts["gpus"] if gpu["driver_version"]})
@@ -115,7 +107,7 @@ def collect(find: drv.Finder, run: drv.Runner, read: drv.Reader,
     else:
         rc, out, err = run([lspci, "-vvv"])
         if rc != 0:
-            acs["reason"] = "lspci -vvv failed (rc=%d): %s" % (rc, _first_line(err, out))
+            acs["reason"] = "lspci -vvv failed (rc=%d): %s" % (rc, drv.first_line(err, out))
         else:
             parsed = pci.parse_lspci(out)
             facts["pci_nvidia_gpus"] = parsed.pop("nvidia_gpus")

@@ -118,7 +118,8 @@ def smi_driver_version(text: str) -> str | None:
     return None
 
 
-def _first_line(*texts: str) -> str:
+def first_line(*texts: str) -> str:
+    """The first non-blank line of the first text that has one (a command's error in one line)."""
     for text in texts:
         for line in (text or "").splitlines():
             if line.strip():
@@ -183,7 +184,7 @@ def driver_facts(find: Finder, run: Runner, read: Reader, cuda_query: CudaQuery,
                     facts.update(driver_version=version, driver_version_source="nvidia-smi --query-gpu")
                 else:
                     reasons.append("`%s --query-gpu=driver_version` %s" % (
-                        nvidia_smi, ("failed (rc=%d): %s" % (rc, _first_line(err, out) or "no output"))
+                        nvidia_smi, ("failed (rc=%d): %s" % (rc, first_line(err, out) or "no output"))
                         if rc != 0 else "printed no driver version"))
     facts["driver_branch"] = smi.driver_branch(facts["driver_version"])
 
