@@ -143,7 +143,8 @@ def main() -> int:
                     top = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
                     wall = statistics.median(times)
                     print(f"  {label:45s} {wall:6.1f} s  ({wall / (args.tasks + 2):.2f} s/task, "
-                          f"changed={max(map(int, changed or ['0']))}); largest: {top}", flush=True)
+                          f"changed={max(map(int, changed or ['0']))}); facts {kinds.get('facts', 0):.1f} s; "
+                          f"largest: {top}", flush=True)
         finally:
             if not args.keep:
                 for i in range(max(args.nodes)):
