@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Bounded load generator for the router scenario (tests only; loopback or own containers).
+
+Sends a steady stream of /v1/completions through the router from --concurrency threads until
+the stop file appears, --max-seconds pass or --max-requests were sent, whichever comes first,
+then writes a JSON summary (count, failures with their reasons, p50/p99 latency, the share of
+each node from the completion's `system_fingerprint`, set by the fleet-node test double) and
+prints it as text. Stdlib only, so it runs on the router node's own interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * pct // 100))
+    return ordered[int(rank) - 1]
+
+
+def one_request(url: str, key: str, model: str, timeout: float) -> tuple[bool, str, float]:
+    body = json.dumps({"model": model, "prompt": "The capital of France is", "max_tokens": 8}).encode()
+    req = urllib.request.Request(url, data=body, method="POST", headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            data = json.loads(resp.read())
+        node = data.get("system_fingerprint") or "unknown"
+        ok = bool(data.get("choices"))
+        return ok, node if ok else "no choices", time.monotonic() - start
+    except urllib.error.HTTPError as exc:
+        return False, f"HTTP {exc.code}", time.monotonic() - start
+    except (OSError, ValueError) as exc:
+        return False, type(exc).__name__, time.monotonic() - start
+
+
+def run(args: argparse.Namespace) -> dict:
+    lock = threading.Lock()
+    latencies: list[float] = []
+    nodes: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
+    sent = [0]
+    deadline = time.monotonic() + args.max_seconds
+
+    def worker() -> None:
+        while time.monotonic() < deadline and not os.path.exists(args.stop_file):
+            with lock:
+                if sent[0] >= args.max_requests:
+                    return
+                sent[0] += 1
+            ok, what, latency = one_request(args.url, args.api_key, args.model, args.timeout)
+            with lock:
+                latencies.append(latency)
+                (nodes if ok else failures)[what] += 1
+            time.sleep(args.pause)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(args.concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    total = sum(nodes.values()) + sum(failures.values())
+    return {
+        "requests": total,
+        "failed": sum(failures.values()),
+        "failures": dict(failures),
+        "seconds": round(time.monotonic() - started, 1),
+        "p50_ms": round(percentile(latencies, 50) * 1000, 1),
+        "p99_ms": round(percentile(latencies, 99) * 1000, 1),
+        "max_ms": round(max(latencies, default=0) * 1000, 1),
+        "per_node": {n: {"count": c, "share": round(c / total, 3)} for n, c in sorted(nodes.items())},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="http://127.0.0.1:30000/v1/completions")
+    parser.add_argument("--api-key", default=os.environ.get("FLEET_LOADGEN_API_KEY", ""))
+    parser.add_argument("--model", default="kimi-k2.5")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--pause", type=float, default=0.05, help="seconds between two requests of a thread")
+    parser.add_argument("--timeout", type=float, default=30)
+    parser.add_argument("--max-seconds", type=float, default=300)
+    parser.add_argument("--max-requests", type=int, default=20000)
+    parser.add_argument("--stop-file", default="/run/fleet_loadgen.stop")
+    parser.add_argument("--output", default="/run/fleet_loadgen.json")
+    args = parser.parse_args()
+    summary = run(args)
+    tmp = args.output + ".tmp"
+    with open(tmp, "w") as out:
+        json.dump(summary, out)
+    os.replace(tmp, args.output)
+    shares = ", ".join(f"{n} {v['count']} ({v['share']:.0%})" for n, v in summary["per_node"].items())
+    print(f"{summary['requests']} requests in {summary['seconds']} s, {summary['failed']} failed "
+          f"{summary['failures'] or ''}; latency p50 {summary['p50_ms']} ms, p99 {summary['p99_ms']} ms, "
+          f"max {summary['max_ms']} ms; per node: {shares}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
