@@ -207,6 +207,7 @@ class Plan:
                           "(record %s of %s)" % (record.json_path, record.timestamp))
                 job.results = [{"id": e["id"], "kind": e["kind"], "status": STATUS_REVERTED,
                                 "detail": detail} for e in record.edits]
+                self._warn_superseded(job)
                 return
             job.replaced_since = True
             job.record_out = record.json_path
@@ -239,6 +240,21 @@ class Plan:
                 status, detail = STATUS_ALREADY, "not present: %s" % res.detail
             job.results.append({"id": res.id, "kind": res.kind, "status": status,
                                 "detail": detail})
+
+    def _warn_superseded(self, job: FileJob) -> None:
+        """Absent undoes only the last change; say where the bytes from before older ones are.
+
+        A superseded record is made when the file was re-patched after someone else changed it
+        (a hand edit or a package upgrade, which look alike here), so restoring its bytes could
+        undo an upgrade: the operator decides, with the path in hand.
+        """
+        older = pf.superseded_records(self.state_dir, job.real)
+        if older:
+            origs = [p[:-len(".json")] + ".orig" for p in older]
+            self.warn("%s: put back the bytes from before python_patch's last change, which "
+                      "were themselves changed by hand or by an upgrade after an earlier "
+                      "python_patch run; the bytes from before that earlier run remain in %s"
+                      % (job.path, ", ".join(origs)))
 
     def _diff(self, job: FileJob) -> t.Dict[str, str]:
         before = decode_source(job.before, path=job.path)[0]

@@ -403,6 +403,7 @@ def test_hand_edit_then_present_then_absent_keeps_the_pristine_bytes(env: Env) -
     assert old["sha256_original"] == sha(ORIGINAL.encode())
     assert absent["changed"] is True and target.read_text() == hand
     assert (old_json.parent / old["original"]).read_text() == ORIGINAL
+    assert any(str(old_json.parent / old["original"]) in w for w in absent["warnings"]), absent
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another owner needs root")
