@@ -29,15 +29,6 @@ from ._pyedit import (
 )
 
 
-def strip_none(value: t.Any) -> t.Any:
-    """Drop the None that AnsibleModule fills in for every unset suboption."""
-    if isinstance(value, dict):
-        return {k: strip_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [strip_none(v) for v in value]
-    return value
-
-
 class PatchFailed(Exception):
     """A failure to report with fail_json; extra keys go into the result."""
 

@@ -15,7 +15,7 @@ import typing as t
 from . import _patchfiles as pf
 from . import _patchtxn as px
 from ._patchcheck import Checks
-from ._patchplan import FileJob, PatchFailed, Plan, strip_none
+from ._patchplan import FileJob, PatchFailed, Plan
 
 
 class PythonPatch(Plan, Checks):
@@ -38,7 +38,7 @@ class PythonPatch(Plan, Checks):
             if self.state == "present" and not params["edits"]:
                 raise PatchFailed("edits is required with path when state=present")
             specs = [(params["path"], params["edits"] or [])]
-        self.jobs = [FileJob(path, strip_none(edits)) for path, edits in specs]
+        self.jobs = [FileJob(path, edits) for path, edits in specs]
         seen: t.Dict[str, str] = {}
         for job in self.jobs:
             if job.real in seen:

@@ -75,6 +75,9 @@ options:
       - Required with O(path) when O(state=present). With O(state=absent) what is restored
         comes from the record; the edits may be omitted and only serve, when there is no
         record, to report per edit whether its change is in the file.
+      - Every edit is checked by the collection's edit engine before any file is read (the one
+        schema for edits; the keys below are its keys): a missing or unknown key, or a value
+        outside its choices, fails naming the file and the edit.
     type: list
     elements: dict
     suboptions: &edit_suboptions
@@ -470,52 +473,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._patchplan import PatchFailed
 from ansible_collections.gpuserve.vllm.plugins.module_utils._patchrun import PythonPatch
-from ansible_collections.gpuserve.vllm.plugins.module_utils._pyedit import (
-    EDIT_KINDS,
-    ON_CONFLICT_CHOICES,
-    WHEN_MISSING_CHOICES,
-)
 
 
-def _edit_suboptions() -> t.Dict[str, t.Any]:
-    """Argument spec of one edit: its kind key is validated here, its semantics by the engine."""
-    return {
-        "id": {"type": "str"},
-        "when_missing": {"type": "str", "choices": list(WHEN_MISSING_CHOICES), "default": "fail"},
-        "import": {"type": "dict", "options": {
-            "module": {"type": "str", "required": True},
-            "names": {"type": "list", "elements": "str", "required": True},
-        }},
-        "base": {"type": "dict", "options": {
-            "class": {"type": "str", "required": True},
-            "names": {"type": "list", "elements": "str", "required": True},
-        }},
-        "member": {"type": "dict", "options": {
-            "class": {"type": "str", "required": True},
-            "source": {"type": "str", "required": True},
-            "on_conflict": {"type": "str", "choices": list(ON_CONFLICT_CHOICES), "default": "fail"},
-        }},
-        "replace": {"type": "dict", "options": {
-            "scope": {"type": "str", "default": ""},
-            "old": {"type": "str", "required": True},
-            "new": {"type": "str", "required": True},
-        }},
-        "element": {"type": "dict", "options": {
-            "scope": {"type": "str", "default": ""},
-            "name": {"type": "str", "required": True},
-            "values": {"type": "list", "elements": "raw", "required": True},
-        }},
-    }
-
-
-def _edits_spec(default: t.Any = None) -> t.Dict[str, t.Any]:
-    spec: t.Dict[str, t.Any] = {
-        "type": "list", "elements": "dict", "options": _edit_suboptions(),
-        "mutually_exclusive": [list(EDIT_KINDS)], "required_one_of": [list(EDIT_KINDS)],
-    }
-    if default is not None:
-        spec["default"] = default
-    return spec
+def _edits_spec(**extra: t.Any) -> t.Dict[str, t.Any]:
+    """Only the list shape: each edit is validated by the engine's parser (_pyedit.parse_edits),
+    the one schema, whose errors name the file and the edit (tests check the docs against it)."""
+    return dict({"type": "list", "elements": "dict"}, **extra)
 
 
 def argument_spec() -> t.Dict[str, t.Any]:
