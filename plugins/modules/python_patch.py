@@ -76,7 +76,7 @@ options:
         comes from the record; the edits may be omitted and only serve, when there is no
         record, to report per edit whether its change is in the file.
       - Every edit is checked by the collection's edit engine before any file is read (the one
-        schema for edits; the keys below are its keys): a missing or unknown key, or a value
+        schema for edits, whose keys are documented below); a missing or unknown key, or a value
         outside its choices, fails naming the file and the edit.
     type: list
     elements: dict

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Bounded load generator for the router scenario (tests only; loopback or own containers).
 
 Sends a steady stream of /v1/completions through the router from --concurrency threads until
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace) -> dict:
             time.sleep(args.pause)
 
     started = time.monotonic()
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(args.concurrency)]
+    threads = [threading.Thread(target=worker, daemon=True) for _client in range(args.concurrency)]
     for thread in threads:
         thread.start()
     for thread in threads:

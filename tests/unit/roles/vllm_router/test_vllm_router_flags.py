@@ -72,7 +72,8 @@ def parse_with_router(router_bin: Path, argv: list[str]) -> subprocess.Completed
     python = router_bin.parent / "python"
     code = ("import sys; from vllm_router.launch_router import parse_router_args; "
             "a = parse_router_args(sys.argv[1:]); print(a.worker_urls, a.policy)")
-    return subprocess.run([str(python), "-c", code, *argv[1:]], capture_output=True, text=True)
+    return subprocess.run([str(python), "-c", code, *argv[1:]], capture_output=True, text=True,
+                          check=False)
 
 
 CASES = {
@@ -101,7 +102,8 @@ def test_every_rendered_flag_is_in_the_real_routers_help(case, tmp_path, router_
 
 def run_with_help(router_bin: Path, argv: list[str]) -> subprocess.CompletedProcess:
     """What the role runs before writing the unit: the flags, then --help."""
-    return subprocess.run([str(router_bin), *argv[1:], "--help"], capture_output=True, text=True)
+    return subprocess.run([str(router_bin), *argv[1:], "--help"], capture_output=True, text=True,
+                          check=False)
 
 
 def test_a_bad_value_is_refused_before_help(tmp_path, router_bin):
