@@ -20,6 +20,7 @@ steps=("$@")
 passed=0
 failed=0
 failures=()
+timings=()
 record() { # record <name> <rc>
   if [ "$2" -eq 0 ]; then passed=$((passed + 1)); echo "== PASS $1"
   else failed=$((failed + 1)); failures+=("$1"); echo "== FAIL $1 (rc=$2)"; fi
@@ -157,6 +158,7 @@ step_vllm_full() {
 }
 
 for step in "${steps[@]}"; do
+  step_start=$SECONDS
   case "$step" in
     lint | sanity | build | rehearsal | firstcontact) "step_$step"; record "$step" $? ;;
     unit | integration | vllm_full)
@@ -168,9 +170,11 @@ for step in "${steps[@]}"; do
     molecule) step_molecule || true ;;  # scenarios are recorded one by one
     *) echo "unknown step '$step' (known: ${all_steps[*]})"; failed=$((failed + 1)); failures+=("$step") ;;
   esac
+  timings+=("$step $((SECONDS - step_start)) s")
 done
 
 banner "summary"
+printf 'time: %s\n' "${timings[@]}" "total $SECONDS s"
 [ "${#failures[@]}" -gt 0 ] && echo "failed: ${failures[*]}"
 echo "gpuserve: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
