@@ -25,3 +25,21 @@ attributes:
     description: Target OS/families that can be operated against.
     support: N/A
 """
+
+    # For modules that only read: support is the same everywhere, so it is declared once here.
+    READ_ONLY = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it runs and reports the same in check mode.
+  diff_mode:
+    support: none
+    details: Nothing is changed, so there is no diff.
+  idempotent:
+    support: full
+    details: The module never changes the node; C(changed) is always false.
+  platform:
+    support: full
+    platforms: posix
+"""

@@ -115,19 +115,7 @@ notes:
   - Binaries are looked up on E(PATH) and in the sbin directories.
 extends_documentation_fragment:
   - gpuserve.vllm.attributes
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; it runs and reports the same in check mode.
-  diff_mode:
-    support: none
-    details: Nothing is changed, so there is no diff.
-  idempotent:
-    support: full
-    details: The module never changes the node; C(changed) is always false.
-  platform:
-    platforms: posix
-    details: Linux nodes with the NVIDIA driver (or without one, for a rehearsal).
+  - gpuserve.vllm.attributes.read_only
 """
 
 EXAMPLES = r"""

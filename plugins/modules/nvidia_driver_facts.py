@@ -30,19 +30,7 @@ author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
   - gpuserve.vllm.attributes
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; it runs and reports the same in check mode.
-  diff_mode:
-    support: none
-    details: Nothing is changed, so there is no diff.
-  idempotent:
-    support: full
-    details: The module never changes the node; C(changed) is always false.
-  platform:
-    platforms: posix
-    details: Linux nodes with or without the NVIDIA driver.
+  - gpuserve.vllm.attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -39,16 +39,9 @@ options:
     type: str
 author:
   - gpuserve maintainers (@gpuserve)
-attributes:
-  check_mode:
-    support: full
-    description: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is no diff.
-  idempotent:
-    support: full
-    description: Read-only.
+extends_documentation_fragment:
+  - gpuserve.vllm.attributes
+  - gpuserve.vllm.attributes.read_only
 notes:
   - Distribution names in the result are normalised as in PEP 503 (lower case, runs of
     C(-_.) become C(-)).

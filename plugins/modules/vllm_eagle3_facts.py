@@ -66,16 +66,7 @@ author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
   - gpuserve.vllm.attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only, in check mode as well.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-  platform:
-    platforms: posix
+  - gpuserve.vllm.attributes.read_only
 notes:
   - No GPU is needed or used; the facts come from files only.
 seealso:

@@ -31,16 +31,7 @@ author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
   - gpuserve.vllm.attributes
-attributes:
-  check_mode:
-    support: full
-    details: Only reads; behaves the same in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-  platform:
-    platforms: posix
+  - gpuserve.vllm.attributes.read_only
 options:
   url:
     description: The health URL.

@@ -33,15 +33,7 @@ author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
   - gpuserve.vllm.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-  platform:
-    platforms: posix
+  - gpuserve.vllm.attributes.read_only
 options:
   python:
     description: Interpreter of the environment vLLM is installed in (the ml-env's C(bin/python)).

@@ -21,15 +21,7 @@ author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
   - gpuserve.vllm.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-  platform:
-    platforms: posix
+  - gpuserve.vllm.attributes.read_only
 options:
   paths:
     description: Checkpoint directories to check (the target model and its drafter).
