@@ -127,6 +127,15 @@ def first_line(*texts: str) -> str:
     return ""
 
 
+def read_text_file(path: str) -> str | None:
+    """The Reader the modules use: a small text file, None when missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
 def kernel_module(find: Finder, run: Runner, read: Reader) -> dict[str, t.Any]:
     """The loaded (else installed) nvidia.ko: flavour, version, licence, and where it was read."""
     module: dict[str, t.Any] = {"flavor": FLAVOR_UNKNOWN, "version": None, "license": None,

@@ -332,13 +332,8 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_drive
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_smi
 
 
-def _reader(path: str) -> str | None:
-    """Read a small text file; None when it does not exist or cannot be read."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
+# The node's files as the module_utils read them (a seam the tests replace).
+_reader = _nvidia_driver.read_text_file
 
 
 def main() -> None:

@@ -136,3 +136,11 @@ def test_kernel_module_prefers_the_loaded_module() -> None:
     # /proc/driver/nvidia/version (the loaded module) wins over modinfo (what is installed).
     assert (module["flavor"], module["source"], module["license"], module["installed_version"]) == (
         "open", "/proc/driver/nvidia/version", "NVIDIA", "580.95.05")
+
+
+def test_read_text_file_reads_or_says_none(tmp_path: t.Any) -> None:
+    version = tmp_path / "version"
+    version.write_bytes(b"NVRM version: NVIDIA UNIX Open Kernel Module  580.95.05\xff\n")
+    assert drv.read_text_file(str(version)).startswith("NVRM version: NVIDIA UNIX Open")
+    assert drv.read_text_file(str(tmp_path / "missing")) is None
+    assert drv.read_text_file(str(tmp_path)) is None  # a directory: unreadable as text
