@@ -10,9 +10,9 @@ site.yml on every node would install a vLLM wheel per node, more than a shared 2
 takes; N containers of the committed image share its layers and are converged nodes already.
 
 Then it times the no-change re-run of site.yml on 1 node and on N nodes (sshd on 127.0.0.1 only,
-one port each) under the settings that matter: pipelining, forks, gather_subset (the play keyword
-through gpuserve_gather_subset: ansible-core 2.19 ignores the ansible.cfg setting), strategy,
-ControlPersist. Each run starts with cold SSH connections (its own ControlPath directory), as a
+one port each) under the settings that matter: pipelining, forks, gather_subset (the play keyword,
+[min] in site.yml; "all facts" runs a copy of site.yml with [all]: ansible-core 2.19 ignores the
+ansible.cfg setting), strategy, ControlPersist. Each run starts with cold SSH connections (its own ControlPath directory), as a
 re-run of a fleet after a while does. Printed per run: wall time, changed= of every node, load
 average, CPU seconds of the controller (ansible-playbook and its ssh) and of the whole machine,
 and from ansible.posix.profile_roles / profile_tasks the slowest roles and tasks. No timed
@@ -143,6 +143,19 @@ def nodes_cpu(names: list[str]) -> float:
     return total
 
 
+def site_playbook(tmp: Path, subset: str) -> Path:
+    """playbooks/site.yml, or a copy of it gathering another fact subset (its roles resolve by FQCN)."""
+    site = REPO / "playbooks" / "site.yml"
+    if subset == "min":
+        return site
+    text = site.read_text()
+    if text.count("gather_subset: [min]") != 1:
+        raise SystemExit(f"{site}: expected one 'gather_subset: [min]' play keyword to replace with [{subset}]")
+    copy = tmp / f"site-{subset}.yml"
+    copy.write_text(text.replace("gather_subset: [min]", f"gather_subset: [{subset}]"))
+    return copy
+
+
 def playbook(inventory: Path, setting: dict[str, str], tmp: Path, names: list[str]) -> dict:
     """One ansible-playbook run of site.yml: wall time, CPU, load, recap and profile output."""
     control = Path(tempfile.mkdtemp(prefix="cp-", dir=tmp))  # cold SSH connections for every run
@@ -154,8 +167,7 @@ def playbook(inventory: Path, setting: dict[str, str], tmp: Path, names: list[st
     nodes0 = nodes_cpu(names)
     before, load0, busy0 = resource.getrusage(resource.RUSAGE_CHILDREN), os.getloadavg()[0], cpu_busy()
     start = time.monotonic()
-    done = subprocess.run(["ansible-playbook", "-i", str(inventory), str(REPO / "playbooks" / "site.yml"),
-                           "-e", f"gpuserve_gather_subset={setting.get('subset', 'min')}"],
+    done = subprocess.run(["ansible-playbook", "-i", str(inventory), str(site_playbook(tmp, setting.get("subset", "min")))],
                           env=env, text=True, capture_output=True, check=False, cwd=REPO)
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
