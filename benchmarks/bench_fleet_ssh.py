@@ -229,7 +229,10 @@ def converge_seed(tmp: Path, key: Path, pubkey: Path, keep: bool) -> None:
         report("second run (must change nothing)", 1, second, os.cpu_count() or 1)
         if any(c for _o, c in second["recap"].values()):
             raise SystemExit(f"{SEED}: the second run of site.yml changed something; not committing it")
+        stale = sh("podman", "image", "inspect", "--format", "{{.Id}}", CONVERGED, check=False).stdout.strip()
         sh("podman", "commit", "-q", "--change", f"LABEL io.gpuserve.bench={wanted}", SEED, CONVERGED)
+        if stale:  # the image of older roles (2-3 GB): only this benchmark's, nothing else uses it
+            sh("podman", "rmi", stale, check=False)
         print(f"  committed {SEED} as {CONVERGED}")
     finally:
         if not keep:
