@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -80,8 +81,7 @@ class Probe:
 
     def parse(self) -> t.Any:
         """vLLM's `vllm serve` parser on argv[1:], then the serve subcommand's own validate()."""
-        from vllm.entrypoints.cli import serve
-
+        serve = _serve_module()
         try:
             from vllm.utils.argparse_utils import FlexibleArgumentParser
         except ImportError:  # older layout
@@ -344,6 +344,25 @@ class Probe:
         return result
 
 
+def _serve_module() -> t.Any:
+    """vLLM's own `vllm serve` subcommand module, imported without its package's __init__.
+
+    vllm/entrypoints/cli/__init__.py (0.16-0.18) only re-exports the `vllm bench` subcommands,
+    whose imports (datasets, benchmark code) cost ~3 s and which serve.py never uses. The package
+    object is made from its real spec, so serve.py and everything it imports are vLLM's own;
+    tests/vllm_full holds the parser built this way to the one of a normal import.
+    """
+    import importlib
+    import importlib.util
+
+    name = "vllm.entrypoints.cli"
+    if name not in sys.modules:
+        package = importlib.util.module_from_spec(importlib.util.find_spec(name))
+        sys.modules[name] = package
+        setattr(sys.modules["vllm.entrypoints"], "cli", package)
+    return importlib.import_module(name + ".serve")
+
+
 def _supported_dtypes(backend: t.Any) -> list[str]:
     try:
         return list(getattr(backend.get_class(), "supported_kv_cache_dtypes", []) or [])
@@ -393,4 +412,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
+    # The result is written and closed: skip the interpreter's teardown of torch and vLLM
+    # (atexit hooks, freeing thousands of modules), 2-7 s measured on the test machine.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
