@@ -144,13 +144,14 @@ def main() -> None:
                              capture_output=True, text=True, check=True).stdout
         new = (REPO / PROBE).read_text()
         rows: dict[str, list] = {opts.before: [], "working tree": []}
-        for _ in range(max(1, opts.runs)):
+        for _run in range(max(1, opts.runs)):
             for label, source in ((opts.before, old), ("working tree", new)):
                 rows[label].append(direct(source, python, argv, work, env))
         for label, runs in rows.items():
-            print(f"probe of {label}: median {statistics.median(w for w, _ in runs):.1f} s wall, "
-                  f"{statistics.median(c for _, c in runs):.1f} s CPU over {len(runs)} runs "
-                  f"(walls {', '.join(f'{w:.1f}' for w, _ in runs)})")
+            walls, cpus = [w for w, _c in runs], [c for _w, c in runs]
+            print(f"probe of {label}: median {statistics.median(walls):.1f} s wall, "
+                  f"{statistics.median(cpus):.1f} s CPU over {len(runs)} runs "
+                  f"(walls {', '.join(f'{w:.1f}' for w in walls)})")
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} (shared; "
           "the target < 20 s is for a node)")
 

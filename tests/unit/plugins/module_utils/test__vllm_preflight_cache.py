@@ -102,7 +102,7 @@ def test_a_missing_entry_or_directory_is_a_quiet_miss(tmp_path: Path) -> None:
     (json.dumps({"format": vc.FORMAT, "key": "k" * 64, "result": "yes"}), "not a verdict"),
 ])
 def test_a_damaged_or_foreign_entry_is_judged_again(tmp_path: Path, content: str,
-                                                     words: str) -> None:
+                                                    words: str) -> None:
     tmp_path.chmod(0o700)
     (tmp_path / ("k" * 64 + ".json")).write_text(content)
     entry, note = vc.read_entry(str(tmp_path), "k" * 64)
@@ -127,7 +127,7 @@ def test_directory_problem(tmp_path: Path) -> None:
 
 
 def test_a_failed_write_leaves_no_entry_and_no_temp(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     def disk_full(*_args: object) -> None:
         raise OSError(28, "No space left on device")
 

@@ -90,7 +90,7 @@ def _run(node: dict, monkeypatch: pytest.MonkeyPatch, **over: object) -> dict:
 
 
 def test_an_unchanged_rerun_returns_the_stored_verdict(node: dict,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     first = _run(node, monkeypatch)
     assert first["cached"] is False and first["cache"].startswith("stored in ")
     second = _run(node, monkeypatch)
