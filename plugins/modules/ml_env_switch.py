@@ -19,7 +19,7 @@ description:
     the directory fsynced, C(os.replace) over the link, fsynced again), so O(link) names a whole
     env at every instant. The previous link is written first, so a run killed half-way leaves
     O(link) on the old env and the next run finishes the switch.
-  - A running process is never affected: an env's scripts name its real directory in their
+  - A running process is never affected, because an env's scripts name its real directory in their
     shebang, so only a (re)start follows the link.
   - A real directory at O(link) (an env made by an older release of this collection) counts as
     the current env; at the first switch it is renamed into O(store_dir) as
