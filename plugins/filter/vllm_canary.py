@@ -34,8 +34,13 @@ def vllm_canary_systemd_run(argv: t.Sequence[str], unit: str,
 
 
 def vllm_upgrade_plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """{'current': .., 'target': .., 'canary': .., ...} | vllm_upgrade_plan."""
+    """{'current': .., 'target': .., 'canary': .., ...} | vllm_upgrade_plan.
+
+    `link_stat` (the stat of the link, follow false) and `link` may stand in for `current`.
+    """
     args = dict(state)
+    if "link_stat" in args:
+        args["current"] = vu.current_env(args.pop("link_stat"), args.pop("link", ""))
     try:
         return vu.plan(args.pop("current", ""), args.pop("target", ""), **args)
     except (vu.UpgradeError, TypeError) as exc:

@@ -137,3 +137,14 @@ def report(decision: t.Mapping[str, t.Any], canary: t.Mapping[str, t.Any] | None
                 check_mode=bool(check_mode))
     fact["line"] = "env upgrade: " + "; ".join(parts)
     return fact
+
+
+def current_env(link_stat: t.Mapping[str, t.Any] | None, link: str) -> str:
+    """The env the link names, from Ansible's stat of it (follow: false): the symlink's real
+    target, the link itself when it is a real directory (an older release's env), else ""."""
+    stat = dict(link_stat or {})
+    if not stat.get("exists"):
+        return ""
+    if stat.get("islnk"):
+        return _norm(stat.get("lnk_source") or "")
+    return _norm(link) if stat.get("isdir") else ""

@@ -88,3 +88,14 @@ def test_report_of_a_rollback_after_a_failed_start():
 ])
 def test_report_lines(decision, kw, line):
     assert vu.report(decision, **kw)["line"] == line
+
+
+@pytest.mark.parametrize("stat, expected", [
+    ({"exists": True, "islnk": True, "lnk_source": NEW + "/"}, NEW),
+    ({"exists": True, "islnk": False, "isdir": True}, "/opt/ml-env"),
+    ({"exists": True, "islnk": False, "isdir": False}, ""),
+    ({"exists": False}, ""),
+    (None, ""),
+])
+def test_current_env_from_the_links_stat(stat, expected):
+    assert vu.current_env(stat, "/opt/ml-env") == expected
