@@ -158,10 +158,20 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def temp_link(path: str) -> str:
+    directory, base = os.path.split(os.path.abspath(path))
+    return os.path.join(directory, f".{base}.switching")
+
+
+def stale_temp_links(link: str) -> list[str]:
+    """Temporary links a killed switch left beside the link and its previous link."""
+    return [tmp for tmp in (temp_link(link), temp_link(previous_path(link))) if os.path.islink(tmp)]
+
+
 def replace_symlink(path: str, target: str) -> None:
     """Make `path` a symlink to `target` atomically: temp link beside it, fsync, os.replace, fsync."""
-    directory, base = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{base}.switching")
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = temp_link(path)
     if os.path.lexists(tmp):
         os.unlink(tmp)
     os.symlink(target, tmp)

@@ -184,7 +184,14 @@ def main() -> None:
         "diff": _diff(link_path, before, (plan.current_after, plan.previous_after)),
     }
     if not plan.changed:
+        stale = es.stale_temp_links(link_path)
         result["msg"] = f"{link_path} already names {plan.current_after}"
+        if stale:
+            result.update(changed=True, msg=result["msg"] + f"; removed the temporary link(s) "
+                                                           f"{', '.join(stale)} of a killed run")
+            if not module.check_mode:
+                for tmp in stale:
+                    os.unlink(tmp)
         module.exit_json(**result)
     verb = "would switch" if module.check_mode else "switched"
     result["msg"] = (f"{verb} {link_path} from {plan.switched_from or '(nothing)'} to "

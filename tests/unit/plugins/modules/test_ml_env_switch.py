@@ -107,3 +107,15 @@ def test_check_mode_accepts_an_unbuilt_target(node: Path, monkeypatch: pytest.Mo
     dry = run(node, monkeypatch, check=True, target=future)
     assert (dry["failed"], dry["changed"], dry["current"]) == (False, True, future)
     assert not os.path.exists(future)
+
+
+def test_a_killed_runs_temp_link_is_removed(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = str(node / "ml-env.d" / "a")
+    (node / "ml-env").symlink_to(a)
+    (node / ".ml-env.previous.switching").symlink_to(node / "ml-env.d" / "b")
+    dry = run(node, monkeypatch, check=True, target=a)
+    assert dry["changed"] and (node / ".ml-env.previous.switching").is_symlink()
+    done = run(node, monkeypatch, target=a)
+    assert done["changed"] and "removed the temporary link(s)" in done["msg"]
+    assert not (node / ".ml-env.previous.switching").is_symlink()
+    assert run(node, monkeypatch, target=a)["changed"] is False
