@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, NATIVE, PATCHED, REPO, env_python, playbook, run_python, timed
+from conftest import FIXTURES, NATIVE, REPO, env_python, playbook, run_python, timed
 
 sys.path.insert(0, str(REPO / "collections"))
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_canary as vc  # noqa: E402
