@@ -187,8 +187,8 @@ def main() -> None:
         stale = es.stale_temp_links(link_path)
         result["msg"] = f"{link_path} already names {plan.current_after}"
         if stale:
-            result.update(changed=True, msg=result["msg"] + f"; removed the temporary link(s) "
-                                                           f"{', '.join(stale)} of a killed run")
+            note = f"; removed the temporary link(s) {', '.join(stale)} of a killed run"
+            result.update(changed=True, msg=result["msg"] + note)
             if not module.check_mode:
                 for tmp in stale:
                     os.unlink(tmp)

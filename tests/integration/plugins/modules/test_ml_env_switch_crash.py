@@ -75,8 +75,8 @@ class Node:
 
     def run(self, args: t.Dict[str, t.Any], kill_at: t.Tuple[str, int] | None = None) -> t.Dict[str, t.Any]:
         spec = self.root / "args.json"
-        spec.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, link=str(self.link),
-                                                                 store_dir=str(self.store))}))
+        module_args = dict(args, link=str(self.link), store_dir=str(self.store))
+        spec.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": module_args}))
         cmd = [sys.executable, "-m", MODULE, str(spec)]
         if kill_at is not None:
             call, when = kill_at
