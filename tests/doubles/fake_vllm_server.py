@@ -16,8 +16,18 @@ vllm_server role, its modules and their tests can exercise real failure modes wi
                                every line prefixed by its process, workers interleaved, vLLM's
                                generic RuntimeError last); lines starting with '#' are skipped
 
+  --double-canary-port N       the port a canary (vllm_server's upgrade check) uses: a start on it
+                               without `--load-format dummy` or without a num_hidden_layers
+                               override in `--hf-overrides` (top level or text_config) exits 1
+                               with a traceback naming what is missing (a canary must never load
+                               the real weights)
+  --double-argv-log FILE       append one JSON line per start: port, argv, sys.prefix
+
 Each --double-* flag can also come from the environment (FAKE_VLLM_MODE, FAKE_VLLM_CRASH,
-FAKE_VLLM_REPLAY, FAKE_VLLM_LOAD_SECONDS, FAKE_VLLM_DIE_AFTER), so a systemd unit's EnvironmentFile can steer it.
+FAKE_VLLM_REPLAY, FAKE_VLLM_LOAD_SECONDS, FAKE_VLLM_DIE_AFTER, FAKE_VLLM_CANARY_PORT,
+FAKE_VLLM_ARGV_LOG), so a systemd unit's EnvironmentFile can steer it. Run with the interpreter
+of an env that has vLLM installed (molecule installs it as an env's bin/vllm), it reports that
+vLLM's version (log line, /version), so a test can tell which env serves.
 Other vLLM flags are accepted and ignored, except --host, --port (0 = pick one; the chosen port
 is printed as "Uvicorn running on http://HOST:PORT"), --served-model-name, --api-key (or
 VLLM_API_KEY) and --speculative-config (must be valid JSON, as for vLLM). Stdlib only.
@@ -26,6 +36,7 @@ VLLM_API_KEY) and --speculative-config (must be valid JSON, as for vLLM). Stdlib
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -41,6 +52,14 @@ SITE = "/opt/ml-env/lib/python3.12/site-packages/vllm"
 # Accepted tokens per draft, cycled: a fixed pattern keeps the double's acceptance honest and
 # predictable (for k=3: 8 drafts -> 24 draft tokens, 13 accepted).
 ACCEPT_PATTERN = (3, 2, 1, 2, 0, 3, 1, 1)
+
+
+def served_version() -> str:
+    """The vLLM version of the interpreter's env (the double stands in for its bin/vllm)."""
+    try:
+        return importlib.metadata.version("vllm") + "+testdouble"
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0+testdouble"
 
 
 def log(level: str, where: str, message: str, prefix: str = "", stream=None) -> None:
@@ -214,7 +233,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             if self.path == "/health":
                 self._send(200 if state.healthy else 503, b"", "text/plain")
             elif self.path == "/version":
-                self._send(200, {"version": "0.0.0+testdouble"})
+                self._send(200, {"version": served_version()})
             elif self.path == "/metrics":
                 self._send(200, state.metrics(), "text/plain; version=0.0.4")
             elif self.path == "/v1/models":
@@ -265,6 +284,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--speculative-config", default=None)
     parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--load-format", default="auto")
+    parser.add_argument("--hf-overrides", default=None)
     env = os.environ.get
     parser.add_argument("--double-mode", choices=MODES, default=env("FAKE_VLLM_MODE", "ok"))
     parser.add_argument("--double-crash", choices=CRASHES, default=env("FAKE_VLLM_CRASH", "syntax"))
@@ -272,14 +293,45 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--double-load-seconds", type=float,
                         default=float(env("FAKE_VLLM_LOAD_SECONDS", "1")))
     parser.add_argument("--double-die-after", type=float, default=float(env("FAKE_VLLM_DIE_AFTER", "2")))
+    parser.add_argument("--double-canary-port", type=int, default=int(env("FAKE_VLLM_CANARY_PORT", "0")))
+    parser.add_argument("--double-argv-log", default=env("FAKE_VLLM_ARGV_LOG", ""))
     args, _unknown = parser.parse_known_args(argv)
     return args
 
 
+def canary_problem(args: argparse.Namespace) -> str | None:
+    """What a start on the canary port lacks to be a canary (dummy weights, fewer layers)."""
+    if not args.double_canary_port or args.port != args.double_canary_port:
+        return None
+    if args.load_format != "dummy":
+        return (f"started on the canary port {args.port} with --load-format {args.load_format}, "
+                "not dummy: the canary would read every weight shard")
+    try:
+        overrides = json.loads(args.hf_overrides or "{}")
+    except ValueError:
+        return f"--hf-overrides is not JSON: {args.hf_overrides!r}"
+    text = overrides.get("text_config") if isinstance(overrides.get("text_config"), dict) else {}
+    if "num_hidden_layers" not in overrides and "num_hidden_layers" not in text:
+        return (f"started on the canary port {args.port} without a num_hidden_layers override in "
+                f"--hf-overrides ({args.hf_overrides!r}): the canary would build every layer")
+    return None
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    log("INFO", "api_server.py:1885", "vLLM API server version 0.0.0+testdouble (TEST DOUBLE)")
+    log("INFO", "api_server.py:1885", f"vLLM API server version {served_version()} (TEST DOUBLE)")
     log("INFO", "utils.py:328", f"non-default args: {json.dumps(argv)}")
+    if args.double_argv_log:
+        with open(args.double_argv_log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"port": args.port, "argv": [sys.argv[0]] + argv,
+                                     "prefix": sys.prefix, "time": time.time()}) + "\n")
+    problem = canary_problem(args)
+    if problem:
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print(f'  File "{sys.argv[0]}", line 10, in <module>', file=sys.stderr)
+        print("    sys.exit(main())", file=sys.stderr)
+        print(f"ValueError: TEST DOUBLE canary guard: {problem}", file=sys.stderr, flush=True)
+        return 1
     spec = None
     if args.speculative_config is not None:
         try:

@@ -121,3 +121,40 @@ def test_api_key_from_environment(serve: t.Callable[..., str]) -> None:
     assert get(base + "/v1/models")[0] == 401
     assert get(base + "/v1/models", key="k1")[0] == 200
     assert get(base + "/health")[0] == 200  # like vLLM: health needs no key
+
+
+CANARY = {"FAKE_VLLM_CANARY_PORT": "18001", "FAKE_VLLM_LOAD_SECONDS": "0"}
+LAYERS = '{"text_config": {"num_hidden_layers": 7}}'
+
+
+@pytest.mark.parametrize("args, missing", [
+    (("--port", "18001"), "with --load-format auto, not dummy"),
+    (("--port", "18001", "--hf-overrides", LAYERS), "with --load-format auto, not dummy"),
+    (("--port", "18001", "--load-format", "dummy"), "without a num_hidden_layers override"),
+    (("--port", "18001", "--load-format", "dummy", "--hf-overrides", '{"text_config": {"a": 1}}'),
+     "without a num_hidden_layers override"),
+    (("--port", "18001", "--load-format", "dummy", "--hf-overrides", "{x"), "--hf-overrides is not JSON"),
+])
+def test_canary_port_refuses_a_full_load(args: tuple, missing: str) -> None:
+    out = run(*args, env=CANARY)
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: TEST DOUBLE canary guard: ") and missing in last
+
+
+@pytest.mark.parametrize("overrides", [LAYERS, '{"num_hidden_layers": 2}'])
+def test_canary_port_serves_a_canary_and_logs_its_argv(serve: t.Callable[..., str], tmp_path: Path,
+                                                       overrides: str) -> None:
+    argv_log = tmp_path / "argv.jsonl"
+    # the fixture passes --port 0 first; the canary port given after it wins, as in argparse
+    base = serve("--port", "18001", "--load-format", "dummy", "--hf-overrides", overrides,
+                 env=dict(CANARY, FAKE_VLLM_ARGV_LOG=str(argv_log)))
+    assert get(base + "/health")[0] == 200
+    (entry,) = [json.loads(line) for line in argv_log.read_text().splitlines()]
+    assert entry["port"] == 18001 and entry["argv"][-2:] == ["--hf-overrides", overrides]
+    assert entry["prefix"] == sys.prefix
+
+
+def test_other_ports_load_fully(serve: t.Callable[..., str]) -> None:
+    """The server's own port is not the canary's: no guard."""
+    assert get(serve(env=CANARY) + "/health")[0] == 200
