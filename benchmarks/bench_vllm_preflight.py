@@ -4,12 +4,19 @@ Renders the example inventory's `vllm serve` argv with the vllm_server role's ow
 (ansible-playbook), points the model and drafter at the config.json fixtures of tests/vllm_full,
 and runs the real gpuserve.vllm.vllm_serve_preflight module through ansible-playbook against a
 real vLLM env built by tests/support/vllm_full_env.py (all dependencies, torch included).
-Prints, per run, the wall time of the module and the probe's own stages (import vllm, parser,
-configs, attention backends). The first run pays for cold disk caches; later runs are what a
-node sees on a re-run. This machine has no GPU: compute capability 12.0 is given.
+This machine has no GPU: compute capability 12.0 is given. It prints:
+
+- cold (--cold): the first run after the env's files were dropped from the page cache
+  (posix_fadvise DONTNEED on the env's files only; nothing else on the machine is touched);
+- warm: judged runs (no verdict cache), the module's wall time and the probe's stages
+  (import vllm, parser, configs, attention backends);
+- cached: a run that stores the verdict, then unchanged re-runs answered from the verdict cache
+  (an accepted verdict is needed: 0.18.0, or 0.17.0 with --pythonpath to a patched overlay);
+- before/after (--before REV): the probe of git revision REV and the working tree's probe run
+  directly (no Ansible) on the same request, alternately, wall and CPU seconds each.
 
 Usage: source tests/env.sh && python3 benchmarks/bench_vllm_preflight.py [--version 0.18.0]
-       [--runs 3] [--pythonpath DIR]   (DIR: an overlay with a patched vllm package, e.g. 0.17.0)
+       [--runs 3] [--cached-runs 3] [--cold] [--before 24a56a3] [--pythonpath DIR]
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,6 +39,7 @@ import vllm_full_env  # noqa: E402
 FIXTURES = REPO / "tests" / "vllm_full" / "fixtures"
 ROLE = REPO / "roles" / "vllm_server"
 EXAMPLE = REPO / "inventories" / "example" / "group_vars" / "gpu_nodes" / "main.yml"
+PROBE = "plugins/module_utils/_vllm_preflight_probe.py"
 
 
 def playbook(play: list, work: Path, env: dict | None = None) -> dict:
@@ -47,10 +56,63 @@ def playbook(play: list, work: Path, env: dict | None = None) -> dict:
         raise SystemExit(proc.stdout[-3000:] + proc.stderr[-2000:]) from None
 
 
+def evict(root: Path) -> int:
+    """Drop root's files from the page cache (only them); the number of files."""
+    count = 0
+    for base, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(base, name), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                count += 1
+            finally:
+                os.close(fd)
+    return count
+
+
+def module_run(label: str, python: Path, argv: list, work: Path, env: dict,
+               cache_dir: str = "") -> float:
+    start = time.monotonic()
+    result = playbook([{"hosts": "localhost", "gather_facts": False, "tasks": [{
+        "gpuserve.vllm.vllm_serve_preflight": {
+            "python": str(python), "argv": argv, "compute_capability": "12.0",
+            "fail_on_problems": False, "cache_dir": cache_dir}}]}], work, env)
+    wall = time.monotonic() - start
+    verdict = "accepted" if not result.get("problems") else \
+        f"{len(result['problems'])} problem(s): {result['problems'][0]['check']}"
+    stages = ", ".join(f"{k} {v:.1f} s" for k, v in (result.get("timings") or {}).items())
+    cache = f"; cache: {result['cache'][:60]}" if result.get("cache") else ""
+    print(f"{label}: {wall:.1f} s wall (ansible-playbook), module {result.get('seconds')} s "
+          f"[{stages}] -> {verdict}{cache}", flush=True)
+    return wall
+
+
+def direct(source: str, python: Path, argv: list, work: Path, env: dict) -> tuple[float, float]:
+    """Wall and CPU seconds of one probe process run on the request, as the module runs it."""
+    request = {"argv": argv, "compute_capability": "12.0", "variables": {},
+               "result_path": str(work / "direct.json")}
+    (work / "direct-request.json").write_text(json.dumps(request))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    subprocess.run([str(python), "-", str(work / "direct-request.json")], input=source.encode(),
+                   env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1",
+                            **env), cwd=work, capture_output=True, check=True)
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", default="0.18.0")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cached-runs", type=int, default=3)
+    parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--before", default="", help="git revision whose probe to compare")
     parser.add_argument("--pythonpath", default="")
     opts = parser.parse_args()
     python = vllm_full_env.build(opts.version)
@@ -65,22 +127,33 @@ def main() -> None:
     }], work)["__vllm_server_argv"]
     print(f"vLLM {opts.version} ({python}); argv: {' '.join(argv[1:])}")
     env = {"PYTHONPATH": opts.pythonpath} if opts.pythonpath else {}
-    walls = []
-    for run in range(1, opts.runs + 1):
-        start = time.monotonic()
-        result = playbook([{"hosts": "localhost", "gather_facts": False, "tasks": [{
-            "gpuserve.vllm.vllm_serve_preflight": {
-                "python": str(python), "argv": argv, "compute_capability": "12.0",
-                "fail_on_problems": False}}]}], work, env)
-        wall = time.monotonic() - start
-        walls.append(wall)
-        verdict = "accepted" if not result.get("problems") else \
-            f"{len(result['problems'])} problem(s): {result['problems'][0]['check']}"
-        stages = ", ".join(f"{k} {v:.1f} s" for k, v in (result.get("timings") or {}).items())
-        print(f"run {run}: {wall:.1f} s wall (ansible-playbook), probe {result.get('seconds')} s "
-              f"[{stages}] -> {verdict}")
-    print(f"median {statistics.median(walls):.1f} s over {len(walls)} runs (target < 20 s on a "
-          f"node; this machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
+    if opts.cold:
+        files = evict(vllm_full_env.env_dir(opts.version))
+        module_run(f"cold ({files} env files dropped from the page cache)", python, argv, work, env)
+    walls = [module_run(f"warm {n}", python, argv, work, env) for n in range(1, opts.runs + 1)]
+    print(f"warm: median {statistics.median(walls):.1f} s over {len(walls)} judged runs")
+    cache_dir = str(work / "verdict-cache")
+    module_run("cached 0 (judges, stores)", python, argv, work, env, cache_dir)
+    hits = [module_run(f"cached {n}", python, argv, work, env, cache_dir)
+            for n in range(1, opts.cached_runs + 1)]
+    if hits:
+        print(f"cached: median {statistics.median(hits):.2f} s over {len(hits)} runs "
+              "(ansible-playbook included)")
+    if opts.before:
+        old = subprocess.run(["git", "-C", str(REPO), "show", f"{opts.before}:{PROBE}"],
+                             capture_output=True, text=True, check=True).stdout
+        new = (REPO / PROBE).read_text()
+        rows: dict[str, list] = {opts.before: [], "working tree": []}
+        for _run in range(max(1, opts.runs)):
+            for label, source in ((opts.before, old), ("working tree", new)):
+                rows[label].append(direct(source, python, argv, work, env))
+        for label, runs in rows.items():
+            walls, cpus = [w for w, _c in runs], [c for _w, c in runs]
+            print(f"probe of {label}: median {statistics.median(walls):.1f} s wall, "
+                  f"{statistics.median(cpus):.1f} s CPU over {len(runs)} runs "
+                  f"(walls {', '.join(f'{w:.1f}' for w in walls)})")
+    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} (shared; "
+          "the target < 20 s is for a node)")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,14 @@
 # Private to the gpuserve.vllm collection: not a public API, may change without notice.
 """The preflight probe: a script the vllm_serve_preflight module runs with the ml-env's python.
 
-It is never imported by Ansible code on the node: the module sends this file's source to the
-ml-env interpreter (`python - REQUEST.json`), because only that interpreter has vLLM. Everything
-it judges, vLLM judges: vLLM's own `vllm serve` parser parses the unit's argv, vLLM's own
-config classes build the model and speculative configs from the checkpoints' config.json (no
-weights are read), and the attention backends vLLM would choose between on the node's compute
-capability are asked, through their own `validate_configuration`, whether they take the KV-cache
-dtype. No table of vLLM facts is kept here.
-
-Stdlib at the top level; vLLM and torch are imported inside the functions. Backend modules that
-allocate CUDA buffers at import time get them on torch's `meta` device (the running server holds
-the GPUs). On a machine with no GPU (tests, rehearsals with full dependencies) vLLM's CPU
-platform stands in for building the parser, as vLLM itself does for `vllm bench`, and the CUDA
-platform module is imported with its compiled ops stubbed (only its backend priority list is
-read). Each such stand-in is reported in the result's notes.
+The module sends this file's source to the ml-env interpreter (`python - REQUEST.json`): only it
+has vLLM. Everything judged here, vLLM judges: its `vllm serve` parser on the unit's argv, its
+config classes on the checkpoints' config.json (no weights), and the attention backends it would
+choose between on the node's compute capability, through their own `validate_configuration`.
+No table of vLLM facts is kept here. Stdlib at the top level, vLLM and torch inside functions.
+CUDA buffers backend modules allocate at import go to torch's `meta` device (the running server
+holds the GPUs). Without a GPU, vLLM's CPU platform builds the parser (as `vllm bench` does) and
+the CUDA platform module is imported with its compiled ops stubbed; each stand-in is in `notes`.
 """
 
 from __future__ import annotations
@@ -22,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -51,8 +46,6 @@ class Probe:
         self.timings[stage] = round(now - self._mark, 2)
         self._mark = now
 
-    # ---- reporting --------------------------------------------------------------------------
-
     def variable(self, flag: str) -> str:
         return self.variables.get(flag) or f"the flag {flag} (vllm_server_extra_flags)"
 
@@ -64,8 +57,6 @@ class Probe:
         self.checks.append({"name": name, "ok": False, "detail": message})
         self.problems.append({"check": name, "variables": names, "flags": list(flags),
                               "message": message.strip(), "fix": fix})
-
-    # ---- stages -----------------------------------------------------------------------------
 
     def platform(self) -> t.Any:
         from vllm import platforms
@@ -80,8 +71,7 @@ class Probe:
 
     def parse(self) -> t.Any:
         """vLLM's `vllm serve` parser on argv[1:], then the serve subcommand's own validate()."""
-        from vllm.entrypoints.cli import serve
-
+        serve = _serve_module()
         try:
             from vllm.utils.argparse_utils import FlexibleArgumentParser
         except ImportError:  # older layout
@@ -196,8 +186,6 @@ class Probe:
         return [f for f in self._flags()
                 if f.lstrip("-").split(".")[0].replace("-", "_") in text]
 
-    # ---- attention backends on the node's GPU -----------------------------------------------
-
     def capability(self, platform: t.Any) -> tuple[int, int] | None:
         if self.gpu:
             cap = platform.get_device_capability()
@@ -301,8 +289,6 @@ class Probe:
             self.notes.append(f"vllm.platforms.cuda imported with vllm._C stubbed ({exc})")
         return cuda
 
-    # ---- driver -----------------------------------------------------------------------------
-
     def run(self) -> dict[str, t.Any]:
         started = time.monotonic()
         result: dict[str, t.Any] = {"skipped": False}
@@ -344,6 +330,23 @@ class Probe:
         return result
 
 
+def _serve_module() -> t.Any:
+    """vLLM's own serve.py, imported without vllm/entrypoints/cli/__init__.py.
+
+    That __init__ (0.16-0.18) only loads the `vllm bench` subcommands (~3 s), unused by serve.py;
+    the package comes from its real spec. tests/vllm_full compares the parser with a normal import.
+    """
+    import importlib
+    import importlib.util
+
+    name = "vllm.entrypoints.cli"
+    if name not in sys.modules:
+        package = importlib.util.module_from_spec(importlib.util.find_spec(name))
+        sys.modules[name] = package
+        setattr(sys.modules["vllm.entrypoints"], "cli", package)
+    return importlib.import_module(name + ".serve")
+
+
 def _supported_dtypes(backend: t.Any) -> list[str]:
     try:
         return list(getattr(backend.get_class(), "supported_kv_cache_dtypes", []) or [])
@@ -353,11 +356,8 @@ def _supported_dtypes(backend: t.Any) -> list[str]:
 
 @contextlib.contextmanager
 def _cuda_buffers_on_meta(probe: Probe) -> t.Iterator[None]:
-    """Tensors a backend module allocates on CUDA at import go to `meta` instead.
-
-    Always, not only without a GPU: on a node the running server holds the GPU memory, and the
-    preflight must neither take any nor open a CUDA context next to it.
-    """
+    """CUDA tensors a backend module allocates at import go to `meta`: always, since on a node
+    the running server holds the GPUs and no CUDA context may open next to it."""
     from torch.overrides import TorchFunctionMode
 
     class _Meta(TorchFunctionMode):
@@ -393,4 +393,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()  # the result is written and closed: skip torch/vLLM's teardown (2-7 s measured)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -66,6 +66,19 @@ options:
     description: Fail when vLLM would refuse the configuration. V(false) only returns the problems.
     type: bool
     default: true
+  cache_dir:
+    description:
+      - Directory of the verdict cache (created 0700, owned by the user running the module). An
+        accepted verdict is stored there; a later run with the same O(argv), O(extra_flags),
+        O(compute_capability), the same vLLM install (every file of the vLLM package by path,
+        size, mtime and inode; every installed distribution's C(RECORD)), the same C(*.json) and
+        C(*.py) files in the model's and drafter's directories, the same interpreter, environment
+        and GPUs, and the same collection code returns it in well under a second (RV(cached)).
+        Any change judges again.
+      - Refusals, skips and crashes are never stored. Check mode reads the cache but never
+        writes it. Empty disables the cache. Remove the directory to force a new judgement.
+    type: path
+    default: ""
 notes:
   - The CUDA buffers some attention backend modules allocate at import go to torch's C(meta)
     device, so the probe takes no GPU memory next to a running server.
@@ -133,10 +146,24 @@ timings:
   type: dict
   sample: {"import vllm": 8.8, "parser": 8.6, "configs": 12.1, "attention backends": 3.2}
 seconds:
-  description: Wall time of the probe.
+  description: Wall time of the probe (of the cache lookup for a cached verdict).
   returned: always
   type: float
   sample: 12.4
+cached:
+  description: True when the verdict came from O(cache_dir) instead of a new judgement by vLLM.
+  returned: always
+  type: bool
+  sample: false
+cache:
+  description: What the verdict cache did (cached verdict and when it was judged, stored, or why not).
+  returned: when O(cache_dir) is set
+  type: str
+  sample: "stored in /var/lib/gpuserve/vllm_preflight/3f5c....json"
+cache_key:
+  description: The key the verdict is (or would be) stored under.
+  returned: when O(cache_dir) is set and the fingerprint could be taken
+  type: str
 """
 
 import inspect
@@ -148,17 +175,23 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_preflight_probe
+from ansible_collections.gpuserve.vllm.plugins.module_utils import (
+    _vllm_preflight_cache as cache,
+    _vllm_preflight_key,
+    _vllm_preflight_probe,
+)
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_preflight import (
     flag_variables,
     refusal_message,
 )
 
+# The scripts' own sources (from the AnsiballZ payload on the node), run by the ml-env python.
+PROBE = inspect.getsource(_vllm_preflight_probe)
+KEY = inspect.getsource(_vllm_preflight_key)
 
-def run_probe(python: str, request: dict, timeout: int) -> dict:
-    """Run the probe's source with `python`; its result, or a crash description."""
-    # The probe's own source (from the AnsiballZ payload on the node), run by the ml-env python.
-    source = inspect.getsource(_vllm_preflight_probe).encode("utf-8")
+
+def run_probe(python: str, request: dict, timeout: int, source: str = PROBE) -> dict:
+    """Run a script's source with `python` on a request; its result, or a crash description."""
     with tempfile.TemporaryDirectory(prefix="gpuserve-preflight-") as tmp:
         request = dict(request, result_path=os.path.join(tmp, "result.json"))
         request_path = os.path.join(tmp, "request.json")
@@ -167,7 +200,8 @@ def run_probe(python: str, request: dict, timeout: int) -> dict:
         env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
         started = time.monotonic()
         try:
-            proc = subprocess.run([python, "-", request_path], input=source, env=env, cwd=tmp,
+            proc = subprocess.run([python, "-", request_path], input=source.encode("utf-8"),
+                                  env=env, cwd=tmp,
                                   capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return {"crashed": True, "error": f"the probe took longer than {timeout} s"}
@@ -182,8 +216,35 @@ def run_probe(python: str, request: dict, timeout: int) -> dict:
         return result
 
 
+def fingerprint(python: str, argv: list, timeout: int) -> tuple[dict | None, str]:
+    """What the verdict depends on, read by the ml-env python; (None, why) when that failed."""
+    found = run_probe(python, {"argv": argv}, timeout, KEY)
+    if found.pop("crashed", False):
+        return None, f"verdict cache not used: the fingerprint failed: {found.get('error')}"
+    found.pop("seconds", None)
+    return found, ""
+
+
+def store(module: AnsibleModule, key: str, before: dict, result: dict) -> str:
+    """Store an accepted verdict, unless check mode or the install changed while it was judged."""
+    why = cache.why_not_cacheable(result, before)
+    if why:
+        return f"not stored: {why}"
+    if module.check_mode:
+        return "not stored: check mode never writes the verdict cache"
+    params = module.params
+    after, note = fingerprint(params["python"], params["argv"], params["timeout"])
+    if after != before:
+        return note or "not stored: vLLM's files or the checkpoints changed while vLLM judged"
+    try:
+        return f"stored in {cache.write_entry(params['cache_dir'], key, result)}"
+    except (OSError, ValueError) as exc:
+        module.warn(f"the verdict cache {params['cache_dir']} could not be written: {exc}")
+        return f"not stored: {exc}"
+
+
 def main() -> None:
-    """Run the probe, then fail with every refusal or return what vLLM said."""
+    """Return a cached verdict, or run the probe; then fail with every refusal or return it."""
     module = AnsibleModule(
         argument_spec={
             "python": {"type": "path", "required": True},
@@ -192,6 +253,7 @@ def main() -> None:
             "extra_flags": {"type": "list", "elements": "str", "default": []},
             "timeout": {"type": "int", "default": 300},
             "fail_on_problems": {"type": "bool", "default": True},
+            "cache_dir": {"type": "path", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -200,10 +262,24 @@ def main() -> None:
         module.fail_json(msg=f"python={params['python']} is not an executable interpreter: point "
                              "it at the ml-env's bin/python (ml_env_dir)")
     argv = params["argv"]
+    started = time.monotonic()
+    key, before, note = "", None, ""
+    if params["cache_dir"]:
+        before, note = fingerprint(params["python"], argv, params["timeout"])
+        if before is not None:
+            key = cache.cache_key(before, argv, params["extra_flags"],
+                                  params["compute_capability"], cache.code_digest(PROBE, KEY))
+            entry, note = cache.read_entry(params["cache_dir"], key)
+            if entry is not None:
+                module.exit_json(changed=False, **cache.cached_result(
+                    entry, key, time.monotonic() - started))
     request = {"argv": argv, "compute_capability": params["compute_capability"],
                "variables": flag_variables(argv, params["extra_flags"])}
     result = run_probe(params["python"], request, params["timeout"])
-    result["changed"] = False
+    if params["cache_dir"]:
+        stored = store(module, key, before, result) if key else note
+        result.update(cache=(note + "; " if note and key else "") + stored, cache_key=key)
+    result.update(changed=False, cached=False)
     if result.pop("crashed", False):
         module.fail_json(msg=f"the vLLM preflight probe crashed: {result.get('error')}", **result)
     if result.get("skipped"):

@@ -83,21 +83,18 @@ def playbook(play: list[dict], workdir: Path, extra_env: dict[str, str] | None =
     return found if all_plays else found[0]
 
 
-@pytest.fixture(scope="session")
-def patched_overlay(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+def patch_overlay(overlay: Path, model_types: list[str], label: str) -> tuple[Path, Path, dict]:
     """vllm 0.17.0 with the eagle3_patches patch set applied by the real python_patch module.
 
     The env's vllm package is copied as hardlinks into an overlay (python_patch writes through a
     temp file and a rename, so the cached env is never changed) and put first on PYTHONPATH;
-    python_patch's import_check imports the patched modules with torch present.
+    python_patch's import_check imports the patched modules with torch present. model_types is
+    the allow-list entries the role would derive from the checkpoint's config.json.
     """
     python = env_python(PATCHED)
     site = next((python.parent.parent / "lib").glob("python3*/site-packages"))
-    overlay = tmp_path_factory.mktemp("vllm-0.17.0-patched")
     subprocess.run(["cp", "-al", str(site / "vllm"), str(overlay / "vllm")], check=True)
     role = REPO / "roles" / "eagle3_patches"
-    text_type = json.loads((FIXTURES / "kimi-k2.5" / "config.json").read_text())[
-        "text_config"]["model_type"]
     files = ("{%- set ns = namespace(out=[]) -%}{%- for f in eagle3_patches_patchset -%}"
              "{%- set ns.out = ns.out + [{'path': '" + str(overlay / "vllm") + "/' ~ f.file, "
              "'edits': f.edits}] -%}{%- endfor -%}{{ ns.out }}")
@@ -105,7 +102,7 @@ def patched_overlay(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     results = playbook([{
         "hosts": "localhost", "gather_facts": False,
         "vars_files": [str(role / "defaults" / "main.yml"), str(role / "vars" / "patchset.yml")],
-        "vars": {"__eagle3_patches_model_types": [text_type], "files": files},
+        "vars": {"__eagle3_patches_model_types": model_types, "files": files},
         "tasks": [{
             "name": "Patch the overlay with the role's patch set, import-checking with torch",
             "gpuserve.vllm.python_patch": {
@@ -115,5 +112,13 @@ def patched_overlay(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
             "environment": {"PYTHONPATH": str(overlay), "VLLM_LOGGING_LEVEL": "ERROR"},
         }],
     }], overlay)
-    timed("python_patch + import_check of the patched 0.17.0 files", start)
+    timed(f"python_patch + import_check of the patched 0.17.0 files ({label})", start)
     return python, overlay, results[0]
+
+
+@pytest.fixture(scope="session")
+def patched_overlay(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """0.17.0 patched for the Kimi-K2.5 fixture's text_config.model_type."""
+    text_type = json.loads((FIXTURES / "kimi-k2.5" / "config.json").read_text())[
+        "text_config"]["model_type"]
+    return patch_overlay(tmp_path_factory.mktemp("vllm-0.17.0-patched"), [text_type], text_type)

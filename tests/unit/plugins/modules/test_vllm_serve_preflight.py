@@ -5,6 +5,7 @@ The checks with the real vLLM (parser, configs, attention backends) are in tests
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -44,3 +45,106 @@ def test_a_crashing_interpreter_fails_with_its_output(monkeypatch: pytest.Monkey
                              monkeypatch)
     assert result["failed"] is True
     assert "exited 3 without a result" in result["msg"] and "boom" in result["msg"]
+
+
+# ---- verdict cache -------------------------------------------------------------------------
+# The fingerprint script runs for real (this interpreter, a vllm package directory put on
+# PYTHONPATH); vLLM's own judgement is replaced by a TEST DOUBLE returning a fixed verdict, since
+# this tier has no vLLM. The cache with the real vLLM judging: tests/vllm_full/test_preflight_cache.py.
+ACCEPTED = {"skipped": False, "problems": [], "notes": [], "vllm_version": "0.17.0",
+            "checks": [{"name": "parser", "ok": True, "detail": "all flags accepted"}]}
+REFUSED = dict(ACCEPTED, problems=[{"check": "parser", "variables": ["vllm_server_x"],
+                                    "flags": ["--x"], "message": "unrecognized arguments: --x",
+                                    "fix": "remove it"}],
+               checks=[{"name": "parser", "ok": False, "detail": "unrecognized"}])
+
+
+@pytest.fixture()
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """A model directory, a vllm package on PYTHONPATH, and a judge double counting its calls."""
+    (tmp_path / "site" / "vllm").mkdir(parents=True)
+    (tmp_path / "site" / "vllm" / "__init__.py").write_text("")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "kimi_k25"}')
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    state = {"verdict": ACCEPTED, "judged": 0, "tmp": tmp_path,
+             "cache_dir": str(tmp_path / "state" / "vllm_preflight"),
+             "argv": ["/opt/ml-env/bin/vllm", "serve", str(tmp_path / "model"), "--port", "8000"]}
+    real = vllm_serve_preflight.run_probe
+
+    def run_probe(python: str, request: dict, timeout: int, source: str = "") -> dict:
+        if source == vllm_serve_preflight.KEY:
+            return real(python, request, timeout, source)
+        state["judged"] += 1
+        return dict(state["verdict"], seconds=14.0)
+
+    monkeypatch.setattr(vllm_serve_preflight, "run_probe", run_probe)
+    return state
+
+
+def _run(node: dict, monkeypatch: pytest.MonkeyPatch, **over: object) -> dict:
+    args = {"python": sys.executable, "argv": node["argv"], "cache_dir": node["cache_dir"],
+            "fail_on_problems": False}
+    args.update(over)
+    return run_module_main(vllm_serve_preflight, args, monkeypatch)
+
+
+def test_an_unchanged_rerun_returns_the_stored_verdict(node: dict,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _run(node, monkeypatch)
+    assert first["cached"] is False and first["cache"].startswith("stored in ")
+    second = _run(node, monkeypatch)
+    assert node["judged"] == 1
+    assert second["cached"] is True and second["checks"] == ACCEPTED["checks"]
+    assert second["cache_key"] == first["cache_key"] and "cached verdict from" in second["cache"]
+
+
+@pytest.mark.parametrize("change", ["flag", "extra_flags", "capability", "config", "vllm file"])
+def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    first = _run(node, monkeypatch)
+    over: dict = {}
+    if change == "flag":
+        over["argv"] = node["argv"][:-1] + ["8001"]
+    elif change == "extra_flags":
+        over["extra_flags"] = ["port"]
+    elif change == "capability":
+        over["compute_capability"] = "10.0"
+    elif change == "config":
+        (node["tmp"] / "model" / "config.json").write_text('{"model_type": "kimi_k2"}')
+    else:
+        new = node["tmp"] / "site" / "vllm" / "patched.tmp"
+        new.write_text("# patched\n")
+        os.replace(new, node["tmp"] / "site" / "vllm" / "__init__.py")
+    again = _run(node, monkeypatch, **over)
+    assert again["cached"] is False and node["judged"] == 2
+    assert again["cache_key"] != first["cache_key"]
+
+
+def test_a_refusal_is_never_stored(node: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    node["verdict"] = REFUSED
+    first = _run(node, monkeypatch, fail_on_problems=True)
+    assert first["failed"] is True and "vLLM refused" in first["cache"]
+    again = _run(node, monkeypatch, fail_on_problems=True)
+    assert again["failed"] is True and again["cached"] is False and node["judged"] == 2
+
+
+def test_check_mode_reads_but_never_writes(node: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    checked = _run(node, monkeypatch, _ansible_check_mode=True)
+    assert "check mode never writes" in checked["cache"]
+    assert not os.path.exists(node["cache_dir"])
+    _run(node, monkeypatch)
+    cached = _run(node, monkeypatch, _ansible_check_mode=True)
+    assert cached["cached"] is True and node["judged"] == 2
+
+
+def test_a_remote_model_is_judged_every_time(node: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["/opt/ml-env/bin/vllm", "serve", "moonshotai/Kimi-K2.5"]
+    first = _run(node, monkeypatch, argv=argv)
+    assert "not a local directory" in first["cache"]
+    assert _run(node, monkeypatch, argv=argv)["cached"] is False and node["judged"] == 2
+
+
+def test_no_cache_dir_no_cache(node: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    _run(node, monkeypatch, cache_dir="")
+    result = _run(node, monkeypatch, cache_dir="")
+    assert result["cached"] is False and "cache" not in result and node["judged"] == 2
