@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import typing as t
@@ -25,26 +24,12 @@ from pathlib import Path
 
 import pytest
 
-STRACE = shutil.which("strace")
+from tests.support.strace_kill import STRACE, collection_pythonpath, requires_strace
+
 MODULE = "ansible_collections.gpuserve.vllm.plugins.modules.ml_env_switch"
-REPO = Path(__file__).resolve().parents[4]
 
 
-def _can_trace() -> bool:
-    if STRACE is None:
-        return False
-    proc = subprocess.run([STRACE, "-qq", "-o", os.devnull, "true"], check=False, capture_output=True)
-    return proc.returncode == 0
-
-
-pytestmark = pytest.mark.skipif(not _can_trace(),
-                                reason="needs strace with ptrace allowed (apt-get install strace)")
-
-
-def _pythonpath() -> str:
-    roots = [p for p in sys.path if p and (Path(p) / "ansible_collections" / "gpuserve" / "vllm")
-             .resolve() == REPO]
-    return os.pathsep.join(roots[:1] + [p for p in sys.path if p])
+pytestmark = requires_strace
 
 
 class Node:
@@ -57,7 +42,7 @@ class Node:
         self.previous = root / "ml-env.previous"
         for name in ("a", "b", "c"):
             self.make_env(self.store / name)
-        self.env = dict(os.environ, PYTHONPATH=_pythonpath())
+        self.env = dict(os.environ, PYTHONPATH=collection_pythonpath())
 
     @staticmethod
     def make_env(path: Path) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,28 +27,13 @@ from pathlib import Path
 
 import pytest
 
-STRACE = shutil.which("strace")
+from tests.support.strace_kill import STRACE, collection_pythonpath, requires_strace
+
 MODULE = "ansible_collections.gpuserve.vllm.plugins.modules.python_patch"
-REPO = Path(__file__).resolve().parents[4]
 NAMES = ("a", "b", "c", "d")
 
 
-def _can_trace() -> bool:
-    if STRACE is None:
-        return False
-    proc = subprocess.run([STRACE, "-qq", "-o", os.devnull, "true"], check=False,
-                          capture_output=True)
-    return proc.returncode == 0
-
-
-pytestmark = pytest.mark.skipif(not _can_trace(),
-                                reason="needs strace with ptrace allowed (apt-get install strace)")
-
-
-def _pythonpath() -> str:
-    roots = [p for p in sys.path if p and (Path(p) / "ansible_collections" / "gpuserve" / "vllm")
-             .resolve() == REPO]
-    return os.pathsep.join(roots[:1] + [p for p in sys.path if p])
+pytestmark = requires_strace
 
 
 def edit(old: str, new: str, ident: str) -> t.Dict[str, t.Any]:
@@ -69,7 +53,7 @@ class Node:
             data = ("# %s\nX = 1\nY = 1\n" % name).encode()
             (self.pkg / (name + ".py")).write_bytes(data)
             self.pristine[name] = data
-        self.env = dict(os.environ, PYTHONPATH=_pythonpath())
+        self.env = dict(os.environ, PYTHONPATH=collection_pythonpath())
         self.count = 0
 
     def args(self, edits: t.List[t.Dict[str, t.Any]], state: str = "present") -> Path:
