@@ -87,6 +87,12 @@ def checkpoint_digest(path: str) -> dict[str, str]:
     return digests
 
 
+def _stat_rows_digest(rows: list[str]) -> tuple[str, int]:
+    """sha256 over the sorted path/size/mtime/inode rows, and how many there were."""
+    rows.sort()
+    return hashlib.sha256("\n".join(rows).encode("utf-8", "surrogateescape")).hexdigest(), len(rows)
+
+
 def tree_digest(root: str) -> tuple[str, int]:
     """sha256 over (relative path, size, mtime_ns, inode) of every file under root; and the count."""
     rows = []
@@ -101,8 +107,7 @@ def tree_digest(root: str) -> tuple[str, int]:
             except OSError:
                 continue
             rows.append(f"{os.path.relpath(full, root)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}")
-    rows.sort()
-    return hashlib.sha256("\n".join(rows).encode("utf-8", "surrogateescape")).hexdigest(), len(rows)
+    return _stat_rows_digest(rows)
 
 
 def distributions_digest(paths: t.Sequence[str]) -> tuple[str, int]:
@@ -122,8 +127,7 @@ def distributions_digest(paths: t.Sequence[str]) -> tuple[str, int]:
             except OSError:
                 continue
             rows.append(f"{record}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}")
-    rows.sort()
-    return hashlib.sha256("\n".join(rows).encode("utf-8", "surrogateescape")).hexdigest(), len(rows)
+    return _stat_rows_digest(rows)
 
 
 def environment(environ: t.Mapping[str, str]) -> dict[str, str]:
