@@ -117,8 +117,9 @@ class SwitchPlan:
 
 
 def plan_switch(link: LinkState, previous: LinkState, target: str, store_dir: str,
-                now: datetime.datetime, rollback: bool = False) -> SwitchPlan:
-    """Steps that make `link` name `target` and `<link>.previous` name the env it named before.
+                now: datetime.datetime, rollback: bool = False, previous_to: str = "") -> SwitchPlan:
+    """Steps that make `link` name `target` and `<link>.previous` name the env it named before
+    (or `previous_to`, which puts back the links exactly as they were before a failed switch).
 
     Forward order: previous first, then the link, so a crash in between leaves the link on the
     old env and the next run redoes both. A rollback points the link first: a crash then leaves
@@ -128,6 +129,15 @@ def plan_switch(link: LinkState, previous: LinkState, target: str, store_dir: st
     target = os.path.abspath(target)
     if link.kind in ("other",):
         raise ValueError(f"{link.path} is neither a symlink nor a directory; move it away and re-run")
+    if previous_to:
+        previous_to = os.path.realpath(previous_to)
+        if link.kind == "dir":
+            raise ValueError(f"{link.path} is a real directory: it cannot be restored with previous_to")
+        steps = [Step("link", link.path, target)] if not same_path(link.target, target) else []
+        if not same_path(previous.target, previous_to):
+            steps.append(Step("link", previous.path, previous_to))
+        return SwitchPlan(tuple(steps), os.path.realpath(target), previous_to,
+                          link.target if steps and steps[0].path == link.path else "", "")
     if link.kind == "link" and same_path(link.target, target):
         return SwitchPlan((), link.target, previous.target, "", "")
     steps: list[Step] = []

@@ -236,3 +236,26 @@ def parse_topology(text: str) -> dict[str, t.Any]:
         "nvlink": nvlink,
         "pcie_only": bool(gpus) and not nvlink,
     }
+
+
+MEMORY_QUERY_FIELDS: tuple[str, ...] = ("index", "memory.total", "memory.free")
+
+
+def memory_query_argv(nvidia_smi: str) -> list[str]:
+    """The nvidia-smi command line whose output parse_memory_csv reads."""
+    return [nvidia_smi, "--query-gpu=" + ",".join(MEMORY_QUERY_FIELDS), "--format=csv,noheader,nounits"]
+
+
+def parse_memory_csv(text: str) -> list[dict[str, t.Any]]:
+    """`index, memory.total, memory.free` rows (MiB) as [{index, total_mib, free_mib}].
+
+    A row whose values are not numbers (a GPU in an error state prints [Unknown Error] there)
+    is left out, so that a caller sizing something by the free memory never guesses.
+    """
+    rows = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != len(MEMORY_QUERY_FIELDS) or not all(cell.isdigit() for cell in cells):
+            continue
+        rows.append({"index": int(cells[0]), "total_mib": int(cells[1]), "free_mib": int(cells[2])})
+    return rows

@@ -130,9 +130,11 @@ def without_flags(argv: t.Sequence[str], flags: t.Iterable[str]) -> list[str]:
 
 
 def canary_argv(argv: t.Sequence[str], target: str, port: t.Any,
-                model_config: t.Mapping[str, t.Any], layers: int) -> list[str]:
+                model_config: t.Mapping[str, t.Any], layers: int,
+                gpu_memory_utilization: t.Any = None) -> list[str]:
     """The unit's argv turned into the canary's: the target env's vllm, loopback and the canary
-    port, dummy weights, fewer layers; every other flag as the unit has it."""
+    port, dummy weights, fewer layers, and (beside a live server) the GPU memory it may take;
+    every other flag as the unit has it."""
     if len(argv) < 3 or str(argv[1]) != "serve":
         raise CanaryError(f"not a `vllm serve` command line: {list(argv)[:3]!r}")
     if not str(target).startswith("/"):
@@ -152,11 +154,22 @@ def canary_argv(argv: t.Sequence[str], target: str, port: t.Any,
         if not isinstance(user, dict):
             raise CanaryError(f"--hf-overrides must be a JSON object, found {user_text!r}")
     overrides = canary_overrides(model_config, layers, user)
-    rest = without_flags(list(argv)[1:], ("--host", "--port", "--load-format", "--hf-overrides"))
+    replaced = ["--host", "--port", "--load-format", "--hf-overrides"]
+    memory: list[str] = []
+    if gpu_memory_utilization not in (None, ""):
+        try:
+            fraction = float(gpu_memory_utilization)
+        except (TypeError, ValueError):
+            fraction = -1.0
+        if not 0 < fraction <= 1:
+            raise CanaryError(f"the canary's GPU memory utilization must be in (0, 1], found {gpu_memory_utilization!r}")
+        replaced.append("--gpu-memory-utilization")
+        memory = ["--gpu-memory-utilization", f"{fraction:.2f}"]
+    rest = without_flags(list(argv)[1:], replaced)
     # Loopback only: the canary answers the role, never the router or clients.
     return ([str(target).rstrip("/") + "/bin/vllm"] + rest
             + ["--host", "127.0.0.1", "--port", str(canary_port), "--load-format", "dummy",
-               "--hf-overrides", json.dumps(overrides, sort_keys=True)])
+               "--hf-overrides", json.dumps(overrides, sort_keys=True)] + memory)
 
 
 def systemd_run_argv(unit: str, argv: t.Sequence[str], properties: t.Mapping[str, t.Any]) -> list[str]:
@@ -178,12 +191,12 @@ def systemd_run_argv(unit: str, argv: t.Sequence[str], properties: t.Mapping[str
 def canary_plan(argv: t.Sequence[str], target: str, port: t.Any, requested_layers: t.Any,
                 model_config: t.Mapping[str, t.Any],
                 drafter_config: t.Mapping[str, t.Any] | None = None,
-                method: str | None = None) -> dict[str, t.Any]:
+                method: str | None = None, gpu_memory_utilization: t.Any = None) -> dict[str, t.Any]:
     """Everything the role needs to start the canary: argv, layers and why."""
     if not isinstance(model_config, t.Mapping):
         raise CanaryError("the checkpoint's config.json is not a JSON object")
     layers, reasons = canary_layers(model_config, requested_layers, drafter_config, method)
-    canary = canary_argv(argv, target, port, model_config, layers)
+    canary = canary_argv(argv, target, port, model_config, layers, gpu_memory_utilization)
     _text, nested = text_config(model_config)
     return {"argv": canary, "layers": layers, "layers_reasons": reasons,
             "hf_overrides": json.loads(flag_value(canary, "--hf-overrides") or "{}"),

@@ -48,7 +48,7 @@ def unit_death(unit: str, baseline: t.Mapping[str, str], current: t.Mapping[str,
         return (f"{unit} died and systemd restarted it {restarts} time(s){exit_text}; "
                 f"now {active}/{sub}")
     if sub == "auto-restart":
-        return f"{unit} died{exit_text}; systemd will restart it (state {active}/{sub})"
+        return f"{unit} died{exit_text}; a restart by systemd was pending ({active}/{sub})"
     if active == "failed":
         return f"{unit} failed{exit_text} (result {current.get('Result', '?')}, code {code or '?'})"
     if active in ("inactive", "deactivating"):

@@ -39,6 +39,13 @@ options:
     description: Switch to the env C(<link>.previous) names (and make the current env the previous one).
     type: bool
     default: false
+  previous:
+    description:
+      - With O(target), point C(<link>.previous) at this env instead of the env O(link) named
+        before - puts both links back exactly as they were before a switch whose start failed.
+      - The link is pointed first, then C(<link>.previous).
+    type: path
+    default: ""
   store_dir:
     description:
       - Where envs live side by side; a legacy directory at O(link) is moved here.
@@ -80,6 +87,12 @@ EXAMPLES = r"""
   gpuserve.vllm.ml_env_switch:
     link: /opt/ml-env
     rollback: true
+
+- name: Put both links back as they were before a switch whose start failed
+  gpuserve.vllm.ml_env_switch:
+    link: /opt/ml-env
+    target: /opt/ml-env.d/vllm-0.17.0-3f2a9c1b7d40
+    previous: /opt/ml-env.d/vllm-0.16.0-8c01d2e3f4a5
 """
 
 RETURN = r"""
@@ -155,9 +168,10 @@ def main() -> None:
             "link": {"type": "path", "required": True},
             "target": {"type": "path"},
             "rollback": {"type": "bool", "default": False},
+            "previous": {"type": "path", "default": ""},
             "store_dir": {"type": "path", "default": ""},
         },
-        mutually_exclusive=[("target", "rollback")],
+        mutually_exclusive=[("target", "rollback"), ("previous", "rollback")],
         required_one_of=[("target", "rollback")],
         supports_check_mode=True,
     )
@@ -172,7 +186,8 @@ def main() -> None:
                              f"beside it (for example {link_path}.d)")
     try:
         plan = es.plan_switch(link, previous, target, store_dir,
-                              datetime.datetime.now(datetime.timezone.utc), module.params["rollback"])
+                              datetime.datetime.now(datetime.timezone.utc), module.params["rollback"],
+                              module.params["previous"] or "")
     except ValueError as exc:
         module.fail_json(msg=f"link: {exc}")
     before = (link.target, previous.target)
@@ -194,9 +209,14 @@ def main() -> None:
                     os.unlink(tmp)
         module.exit_json(**result)
     verb = "would switch" if module.check_mode else "switched"
-    result["msg"] = (f"{verb} {link_path} from {plan.switched_from or '(nothing)'} to "
-                     f"{plan.current_after}"
-                     + (f"; the legacy env moves to {plan.adopted_legacy}" if plan.adopted_legacy else ""))
+    if es.same_path(link.target, plan.current_after):
+        result["msg"] = (f"{'would point' if module.check_mode else 'pointed'} "
+                         f"{es.previous_path(link_path)} at {plan.previous_after}; {link_path} "
+                         f"already names {plan.current_after}")
+    else:
+        result["msg"] = (f"{verb} {link_path} from {plan.switched_from or '(nothing)'} to "
+                         f"{plan.current_after}"
+                         + (f"; the legacy env moves to {plan.adopted_legacy}" if plan.adopted_legacy else ""))
     if not module.check_mode:
         if plan.adopted_legacy:
             os.makedirs(os.path.dirname(plan.adopted_legacy), mode=0o755, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The canary/upgrade filters: registered names, argument order, errors as AnsibleFilterError."""
+"""The canary filters: registered names, argument order, errors as AnsibleFilterError."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ NESTED = {"text_config": {"num_hidden_layers": 61, "first_k_dense_replace": 1}}
 
 
 def test_registered_names() -> None:
-    assert set(FILTERS) == {"vllm_canary_plan", "vllm_canary_systemd_run", "vllm_upgrade_plan",
-                            "vllm_upgrade_report"}
+    assert set(FILTERS) == {"vllm_canary_plan", "vllm_canary_systemd_run"}
 
 
 def test_canary_plan_argument_order() -> None:
@@ -28,17 +27,10 @@ def test_canary_plan_errors_name_the_filter() -> None:
         FILTERS["vllm_canary_plan"](ARGV, "/opt/ml-env.d/e", 8000, 3, NESTED)
 
 
-def test_upgrade_plan_from_the_links_stat_and_report() -> None:
-    plan = FILTERS["vllm_upgrade_plan"]({
-        "link_stat": {"exists": True, "islnk": True, "lnk_source": "/opt/ml-env.d/a"},
-        "link": "/opt/ml-env", "target": "/opt/ml-env.d/b", "batch_size": 1, "hosts_count": 1})
-    assert plan["current"] == "/opt/ml-env.d/a" and plan["action"] == "switch" and plan["canary"]
-    fact = FILTERS["vllm_upgrade_report"](plan, {"ok": True, "seconds": 2.0}, {"changed": True}, None, {}, None, False)
-    assert fact["line"].startswith("env upgrade: env b built; canary passed in 2.0 s; switched a -> b")
-
-
-def test_upgrade_plan_errors() -> None:
-    with pytest.raises(AnsibleFilterError, match="^vllm_upgrade_plan: vllm_server_canary_stop_server"):
-        FILTERS["vllm_upgrade_plan"]({"current": "", "target": "/x", "stop_server": "sometimes"})
-    with pytest.raises(AnsibleFilterError, match="^vllm_upgrade_plan: "):
-        FILTERS["vllm_upgrade_plan"]({"current": "", "unknown_key": 1})
+def test_canary_beside_a_live_server_asks_only_for_the_free_memory() -> None:
+    argv = ARGV + ["--gpu-memory-utilization", "0.95"]
+    plan = FILTERS["vllm_canary_plan"](argv, "/opt/ml-env.d/e", 8001, 3, NESTED, {}, "", 0.08)
+    assert plan["argv"].count("--gpu-memory-utilization") == 1
+    assert plan["argv"][plan["argv"].index("--gpu-memory-utilization") + 1] == "0.08"
+    with pytest.raises(AnsibleFilterError, match=r"GPU memory utilization must be in \(0, 1\]"):
+        FILTERS["vllm_canary_plan"](argv, "/opt/ml-env.d/e", 8001, 3, NESTED, {}, "", 1.5)

@@ -14,7 +14,7 @@ RUNNING = {"ActiveState": "active", "SubState": "running", "MainPID": "100", "NR
     (RUNNING, None),
     (dict(RUNNING, NRestarts="1", MainPID="200"), "restarted it 1 time(s)"),
     ({"ActiveState": "activating", "SubState": "auto-restart", "MainPID": "0", "NRestarts": "0",
-      "ExecMainStatus": "1"}, "died (main process exit status 1); systemd will restart it"),
+      "ExecMainStatus": "1"}, "died (main process exit status 1); a restart by systemd was pending"),
     ({"ActiveState": "failed", "SubState": "failed", "MainPID": "0", "Result": "exit-code",
       "ExecMainStatus": "1"}, "failed (main process exit status 1) (result exit-code"),
     ({"ActiveState": "inactive", "SubState": "dead", "MainPID": "0"}, "is not running"),

@@ -119,3 +119,23 @@ def test_a_killed_runs_temp_link_is_removed(node: Path, monkeypatch: pytest.Monk
     assert done["changed"] and "removed the temporary link(s)" in done["msg"]
     assert not (node / ".ml-env.previous.switching").is_symlink()
     assert run(node, monkeypatch, target=a)["changed"] is False
+
+
+def test_previous_puts_both_links_back_after_a_failed_start(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """z served, then a; the upgrade to b failed to start: back to a with .previous on z again."""
+    a, b, z = (str(node / "ml-env.d" / n) for n in ("a", "b", "z"))
+    make_env(node / "ml-env.d", "z")
+    run(node, monkeypatch, target=z)
+    run(node, monkeypatch, target=a)
+    run(node, monkeypatch, target=b)
+    assert links(node) == (b, a)
+    dry = run(node, monkeypatch, check=True, target=a, previous=z)
+    assert (dry["changed"], links(node)) == (True, (b, a))
+    back = run(node, monkeypatch, target=a, previous=z)
+    assert (back["changed"], back["current"], back["previous"], links(node)) == (True, a, z, (a, z))
+    again = run(node, monkeypatch, target=a, previous=z)
+    assert again["changed"] is False
+    # Only the previous link differs: said so.
+    run(node, monkeypatch, target=a)  # no-op
+    fix = run(node, monkeypatch, target=a, previous=b)
+    assert fix["changed"] and fix["msg"] == f"pointed {node}/ml-env.previous at {b}; {node}/ml-env already names {a}"

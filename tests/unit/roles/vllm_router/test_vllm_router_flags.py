@@ -51,7 +51,8 @@ def help_text(router_bin: Path) -> str:
 
 
 def render_argv(tmp_path: Path, extra_vars: dict) -> list[str]:
-    """__vllm_router_argv as the role renders it, for a two-node inventory."""
+    """The argv the role checks with the router's parser (its unit's flags plus the worker URLs
+    systemd passes from workers.env), for a three-node inventory."""
     (tmp_path / "hosts.ini").write_text(
         "[gpu_nodes]\ngpu01 ansible_host=10.0.0.1 vllm_server_port=8001\n"
         "gpu02 vllm_router_worker_address=gpu02.internal\ngpu03\n"
@@ -59,12 +60,12 @@ def render_argv(tmp_path: Path, extra_vars: dict) -> list[str]:
     (tmp_path / "play.yml").write_text(yaml.safe_dump([{
         "hosts": "localhost", "gather_facts": False,
         "vars_files": [str(ROLE / "defaults" / "main.yml"), str(ROLE / "vars" / "main.yml")],
-        "tasks": [{"ansible.builtin.debug": {"var": "__vllm_router_argv"}}]}]))
+        "tasks": [{"ansible.builtin.debug": {"var": "__vllm_router_checked_argv"}}]}]))
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
     out = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.ini"), str(tmp_path / "play.yml"),
                           "-e", json.dumps(extra_vars)], check=True, capture_output=True, text=True, env=env)
     result = json.loads(out.stdout[out.stdout.index("{"):])
-    return result["plays"][0]["tasks"][0]["hosts"]["localhost"]["__vllm_router_argv"]
+    return result["plays"][0]["tasks"][0]["hosts"]["localhost"]["__vllm_router_checked_argv"]
 
 
 def parse_with_router(router_bin: Path, argv: list[str]) -> subprocess.CompletedProcess:

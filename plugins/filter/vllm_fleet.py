@@ -1,0 +1,82 @@
+# Copyright: gpuserve maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters site.yml's serve plays decide with: the node's plan, the routers' view of it.
+
+The decisions are table-tested Python (module_utils/_vllm_nodeplan.py, _vllm_fleet.py); the
+plays only execute the steps the plan lists.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_fleet as vf
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_nodeplan as vp
+
+
+def vllm_node_plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """{'observed': .., 'routers': .., 'start': .., ...} | vllm_node_plan."""
+    try:
+        return vp.plan(state)
+    except vp.PlanError as exc:
+        raise AnsibleFilterError(f"vllm_node_plan: {exc}") from exc
+
+
+def vllm_node_report(plan: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any] | None = None,
+                     check_mode: bool = False) -> dict[str, t.Any]:
+    """plan | vllm_node_report(outcomes, check_mode)."""
+    return vp.report(plan, outcomes if isinstance(outcomes, t.Mapping) else None, bool(check_mode))
+
+
+def vllm_node_recovery(plan: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any] | None = None,
+                       stop_on_failure: t.Any = True) -> dict[str, t.Any]:
+    """plan | vllm_node_recovery(outcomes, stop_on_failure) -> {steps, why}."""
+    return vp.recovery(plan, outcomes if isinstance(outcomes, t.Mapping) else None, stop_on_failure)
+
+
+def vllm_router_settings(routers: t.Sequence[str], hostvars: t.Mapping[str, t.Any],
+                         fallback: t.Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
+    """groups['vllm_routers'] | vllm_router_settings(hostvars, node_values)."""
+    try:
+        return vf.router_settings(list(routers or []), {r: hostvars[r] for r in routers or []}, fallback)
+    except vf.FleetError as exc:
+        raise AnsibleFilterError(f"vllm_router_settings: {exc}") from exc
+
+
+def vllm_router_view(results: t.Sequence[t.Mapping[str, t.Any]], url: str) -> list[dict[str, t.Any]]:
+    """registered_workers.results | vllm_router_view(node_url)."""
+    return vf.router_view(list(results or []), url)
+
+
+def vllm_router_removal_problems(results: t.Sequence[t.Mapping[str, t.Any]], leaving: t.Sequence[str],
+                                 settings: t.Sequence[t.Mapping[str, t.Any]]) -> list[str]:
+    """registered_workers.results | vllm_router_removal_problems(leaving_urls, settings)."""
+    return vf.removal_problems(list(results or []), list(leaving or []), list(settings or []))
+
+
+def vllm_router_reconcile(workers: t.Sequence[t.Mapping[str, t.Any]], desired: t.Sequence[str]) -> dict[str, list[str]]:
+    """router_workers | vllm_router_reconcile(desired_urls) -> {add, remove}."""
+    return vf.reconcile(list(workers or []), list(desired or []))
+
+
+def vllm_drain_settings(settings: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any]:
+    """router_settings | vllm_drain_settings -> {timeout, poll, settle, stale_after, add_timeout}."""
+    return vf.drain_settings(list(settings or []))
+
+
+class FilterModule:
+    """gpuserve.vllm filters for the serve plays."""
+
+    def filters(self) -> dict[str, t.Callable[..., t.Any]]:
+        return {
+            "vllm_node_plan": vllm_node_plan,
+            "vllm_node_report": vllm_node_report,
+            "vllm_node_recovery": vllm_node_recovery,
+            "vllm_router_settings": vllm_router_settings,
+            "vllm_router_view": vllm_router_view,
+            "vllm_router_removal_problems": vllm_router_removal_problems,
+            "vllm_router_reconcile": vllm_router_reconcile,
+            "vllm_drain_settings": vllm_drain_settings,
+        }

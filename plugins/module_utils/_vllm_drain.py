@@ -1,0 +1,80 @@
+# Private to the gpuserve.vllm collection: not a public API, may change without notice.
+"""When a node out of its routers has drained: vLLM's gauges, bounded for stale values.
+
+vLLM's `vllm:num_requests_running` / `_waiting` gauges can keep their last value after every
+request was aborted, until the engine's next step (vllm #29928, #22545). A running request
+makes the token counters grow (`vllm:prompt_tokens_total`, `vllm:generation_tokens_total`),
+so gauges above zero with no change of gauges or counters for `stale_after` seconds are taken
+for stale: the drain ends with a warning saying what it saw. Stdlib only, no Ansible imports.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+
+class DrainWatch:
+    """Feed it one /metrics reading per poll; `verdict` says whether to stop waiting."""
+
+    def __init__(self, timeout: float, stale_after: float) -> None:
+        if timeout <= 0:
+            raise ValueError(f"the drain timeout must be positive, got {timeout!r}")
+        if stale_after <= 0:
+            raise ValueError(f"the stale-gauge bound must be positive, got {stale_after!r}")
+        self.timeout = float(timeout)
+        self.stale_after = float(stale_after)
+        self.started: float | None = None
+        self.last_change: float | None = None
+        self.last: tuple[float, float, float | None] | None = None
+        self.polls = 0
+        self.max_in_flight = 0.0
+
+    def feed(self, now: float, reading: t.Mapping[str, t.Any] | None) -> dict[str, t.Any]:
+        """One poll. reading: {running, waiting, progress} or None when /metrics did not answer.
+
+        Returns {done, outcome, ...}: outcome drained | stale | unreachable | timeout | waiting.
+        """
+        if self.started is None:
+            self.started = self.last_change = now
+        self.polls += 1
+        elapsed = now - self.started
+        if reading is None:
+            return self._verdict(True, "unreachable", elapsed, 0.0, 0.0)
+        running, waiting = float(reading.get("running") or 0), float(reading.get("waiting") or 0)
+        progress = reading.get("progress")
+        current = (running, waiting, None if progress is None else float(progress))
+        self.max_in_flight = max(self.max_in_flight, running + waiting)
+        if self.last is None or current != self.last:
+            self.last_change = now
+        self.last = current
+        if running + waiting == 0:
+            return self._verdict(True, "drained", elapsed, running, waiting)
+        if self.last_change is not None and now - self.last_change >= self.stale_after:
+            return self._verdict(True, "stale", elapsed, running, waiting)
+        if elapsed >= self.timeout:
+            return self._verdict(True, "timeout", elapsed, running, waiting)
+        return self._verdict(False, "waiting", elapsed, running, waiting)
+
+    def _verdict(self, done: bool, outcome: str, elapsed: float, running: float,
+                 waiting: float) -> dict[str, t.Any]:
+        return {"done": done, "outcome": outcome, "elapsed": round(elapsed, 2), "polls": self.polls,
+                "running": running, "waiting": waiting, "max_in_flight": self.max_in_flight,
+                "msg": message(outcome, elapsed, running, waiting, self.stale_after, self.timeout)}
+
+
+def message(outcome: str, elapsed: float, running: float, waiting: float, stale_after: float,
+            timeout: float) -> str:
+    """The line the drain reports."""
+    gauges = f"{running:g} running, {waiting:g} waiting"
+    if outcome == "drained":
+        return f"drained after {elapsed:.1f} s (no request running or waiting)"
+    if outcome == "stale":
+        return (f"WARNING: the gauges stayed at {gauges} for {stale_after:g} s with no token "
+                f"produced (vllm_router_drain_stale_after): taken for stale values (vllm #29928), "
+                f"drain ended after {elapsed:.1f} s")
+    if outcome == "unreachable":
+        return "/metrics does not answer: the server is not serving, nothing to drain"
+    if outcome == "timeout":
+        return (f"did not drain within {timeout:g} s (vllm_router_drain_timeout): {gauges}, "
+                f"tokens still being produced")
+    return f"draining: {gauges} after {elapsed:.1f} s"

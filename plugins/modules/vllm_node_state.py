@@ -1,0 +1,262 @@
+#!/usr/bin/python
+# Copyright: gpuserve maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module: observe what the node's vLLM runs, read-only (input of the serve plan)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_node_state
+short_description: Observe which env the node's vLLM runs, and everything a serve plan needs
+version_added: 0.3.0
+description:
+  - Reads, without changing anything, what site.yml's serve plan (filter
+    M(gpuserve.vllm.vllm_node_plan)) decides from - the unit's state and main PID, the env the
+    running process uses, when it started, the env link and C(<link>.previous) as real paths,
+    the target env, which of these envs are built, the mtimes of the unit, the env file and the
+    restart request, the journal a killed run left, a rollback hold, a pending reboot, and the
+    server's C(/health) and C(/metrics).
+  - The running env comes from the process, not from the link - C(/proc/<MainPID>/cmdline)'s
+    first word is the interpreter the env's script named in its shebang (uv and venv write the
+    env's real directory there), resolved to a real path. So a run killed between an env switch
+    and the restart is seen for what it is - the link names the new env, the process the old one.
+  - The start time is systemd's C(ExecMainStartTimestampMonotonic) in epoch seconds - a file
+    written after it (the unit, the env file, the restart request) means a restart is still due.
+author:
+  - gpuserve maintainers (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.vllm.attributes
+  - gpuserve.vllm.attributes.READ_ONLY
+options:
+  service:
+    description: The systemd unit of the server.
+    type: str
+    default: vllm.service
+  unit_path:
+    description: The unit file (its mtime).
+    type: path
+    default: /etc/systemd/system/vllm.service
+  env_file:
+    description: The unit's environment file (its mtime).
+    type: path
+    default: /etc/vllm/vllm.env
+  link:
+    description:
+      - The stable env path the unit runs from (a symlink to the env that serves).
+      - Empty when the server does not run from a managed env (nothing about envs is observed).
+    type: path
+    default: ""
+  target:
+    description: The env this run's pins describe (the prepare play's build dir); empty for none.
+    type: path
+    default: ""
+  restart_marker:
+    description: The restart request file an earlier play leaves.
+    type: path
+    default: /var/lib/gpuserve/vllm_server.restart-pending
+  journal:
+    description: The serve plan's journal (JSON) a run writes before it changes anything.
+    type: path
+    default: /var/lib/gpuserve/vllm_server.plan.json
+  hold:
+    description: The record a rollback on demand leaves (JSON).
+    type: path
+    default: /var/lib/gpuserve/vllm_server.rollback.json
+  reboot_marker:
+    description: The file gpuserve.vllm.gpu_node leaves when the node needs a reboot; empty for none.
+    type: path
+    default: ""
+  health_url:
+    description: The server's C(/health); empty to not ask.
+    type: str
+    default: http://127.0.0.1:8000/health
+  metrics_url:
+    description: The server's C(/metrics); empty to not ask.
+    type: str
+    default: http://127.0.0.1:8000/metrics
+  timeout:
+    description: Seconds for each HTTP request.
+    type: int
+    default: 3
+  gpu_memory:
+    description: Also read each GPU's total and free memory with nvidia-smi (for a canary beside the server).
+    type: bool
+    default: false
+  nvidia_smi:
+    description: The nvidia-smi command.
+    type: str
+    default: nvidia-smi
+notes:
+  - Run it with become - reading another user's process and the state files needs root.
+seealso:
+  - module: gpuserve.vllm.vllm_health_wait
+"""
+
+EXAMPLES = r"""
+- name: Observe the node
+  gpuserve.vllm.vllm_node_state:
+    link: /opt/ml-env
+    target: /opt/ml-env.d/vllm-0.18.0-1a2b3c4d5e6f
+  register: node
+
+- name: Say which env runs
+  ansible.builtin.debug:
+    msg: "{{ node.process.env or 'nothing runs' }}"
+"""
+
+RETURN = r"""
+unit:
+  description: C(load_state), C(active_state), C(sub_state), C(main_pid), C(n_restarts), C(started) (epoch seconds or null).
+  returned: always
+  type: dict
+process:
+  description: C(pid), C(argv0), C(env) (real path of the env the running process uses, empty when none or unknown), C(note), C(started).
+  returned: always
+  type: dict
+link:
+  description: C(path), C(kind) (link, dangling, dir, absent, other), C(env) (real path).
+  returned: always
+  type: dict
+previous:
+  description: The same for C(<link>.previous).
+  returned: always
+  type: dict
+target:
+  description: C(path), C(env) (real path, empty when none), C(exists).
+  returned: always
+  type: dict
+envs:
+  description: For each env named above or in the journal (real path) - C(exists), C(built) (bin/vllm exists).
+  returned: always
+  type: dict
+files:
+  description: mtimes (epoch seconds or null) of C(unit), C(env_file), C(restart_marker).
+  returned: always
+  type: dict
+journal:
+  description: The journal a run left (null when none).
+  returned: always
+  type: dict
+hold:
+  description: The rollback hold (null when none).
+  returned: always
+  type: dict
+reboot:
+  description: C(pending), C(reason).
+  returned: always
+  type: dict
+health:
+  description: C(status) (HTTP status, null when nothing answered), C(error).
+  returned: always
+  type: dict
+metrics:
+  description: C(reachable), C(running), C(waiting), C(progress) (token counters summed), C(error).
+  returned: always
+  type: dict
+gpus:
+  description: With O(gpu_memory), C(index), C(total_mib), C(free_mib) per GPU; empty otherwise or without nvidia-smi.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_nodestate as ns
+from ansible_collections.gpuserve.vllm.plugins.module_utils._nvidia_smi import memory_query_argv, parse_memory_csv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_http import http_request
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_unit import parse_systemctl_show
+
+
+def _unit(module: AnsibleModule, service: str) -> dict:
+    argv = ["systemctl", "show", service] + [f"--property={p}" for p in ns.UNIT_FIELDS]
+    rc, out, err = module.run_command(argv)
+    mono, wall = ns.clocks()
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {service} failed (rc {rc}): {err.strip() or out.strip()}")
+    return ns.unit_view(parse_systemctl_show(out), mono, wall)
+
+
+def _gpus(module: AnsibleModule, nvidia_smi: str) -> list:
+    path = module.get_bin_path(nvidia_smi)
+    if not path:
+        return []
+    rc, out, _err = module.run_command(memory_query_argv(path))
+    return parse_memory_csv(out) if rc == 0 else []
+
+
+def main() -> None:
+    """Read everything, change nothing."""
+    module = AnsibleModule(
+        argument_spec={
+            "service": {"type": "str", "default": "vllm.service"},
+            "unit_path": {"type": "path", "default": "/etc/systemd/system/vllm.service"},
+            "env_file": {"type": "path", "default": "/etc/vllm/vllm.env"},
+            "link": {"type": "path", "default": ""},
+            "target": {"type": "path", "default": ""},
+            "restart_marker": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.restart-pending"},
+            "journal": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.plan.json"},
+            "hold": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.rollback.json"},
+            "reboot_marker": {"type": "path", "default": ""},
+            "health_url": {"type": "str", "default": "http://127.0.0.1:8000/health"},
+            "metrics_url": {"type": "str", "default": "http://127.0.0.1:8000/metrics"},
+            "timeout": {"type": "int", "default": 3},
+            "gpu_memory": {"type": "bool", "default": False},
+            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    link_path = os.path.abspath(p["link"]).rstrip("/") if p["link"] else ""
+    unit = _unit(module, p["service"])
+    link = ns.link_view(link_path) if link_path else {"path": "", "kind": "absent", "env": ""}
+    previous = ns.link_view(link_path + ".previous") if link_path else {"path": "", "kind": "absent", "env": ""}
+    target_path = p["target"] or ""
+    target = {"path": target_path, "exists": bool(target_path) and os.path.isdir(target_path),
+              "env": os.path.realpath(target_path) if target_path and os.path.exists(target_path)
+              else (os.path.normpath(target_path) if target_path else "")}
+    try:
+        journal = ns.read_record(p["journal"])
+        hold = ns.read_record(p["hold"])
+    except ns.StateError as exc:
+        module.fail_json(msg=str(exc))
+    process = {"pid": unit["main_pid"], "argv0": "", "env": "", "note": "", "started": unit["started"]}
+    if unit["main_pid"] > 0 and link_path:
+        argv = ns.read_cmdline(unit["main_pid"])
+        process["argv0"] = argv[0] if argv else ""
+        try:
+            link_changed = os.lstat(link_path).st_mtime
+        except OSError:
+            link_changed = None
+        process["env"], process["note"] = ns.process_env(argv, link_path, link_changed, unit["started"])
+    named = [link["env"], previous["env"], target["env"], process["env"]]
+    named += [str((journal or {}).get(k) or "") for k in ("from", "to", "previous", "rollback_to")]
+    named += [str((hold or {}).get(k) or "") for k in ("from", "to")]
+    health_status, health_text = (http_request(p["health_url"], timeout=p["timeout"])
+                                  if p["health_url"] else (None, "not asked"))
+    metrics_status, metrics_text = (http_request(p["metrics_url"], timeout=p["timeout"])
+                                    if p["metrics_url"] else (None, "not asked"))
+    metrics = {"reachable": False, "running": 0.0, "waiting": 0.0, "progress": None, "error": ""}
+    if metrics_status == 200:
+        metrics.update(ns.gauges(metrics_text))
+        metrics["reachable"] = bool(metrics.pop("present"))
+        if not metrics["reachable"]:
+            metrics["error"] = "no vllm:num_requests_running/waiting gauges"
+    else:
+        metrics["error"] = f"HTTP {metrics_status}" if metrics_status else metrics_text
+    module.exit_json(
+        changed=False, unit=unit, process=process, link=link, previous=previous, target=target,
+        envs=ns.envs_view(named),
+        files={"unit": ns.mtime(p["unit_path"]), "env_file": ns.mtime(p["env_file"]),
+               "restart_marker": ns.mtime(p["restart_marker"])},
+        journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
+        health={"status": health_status, "error": "" if health_status else health_text},
+        metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""The serve plays' filters: registered names, argument order, errors as AnsibleFilterError."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuserve.vllm.plugins.filter.vllm_fleet import FilterModule
+
+FILTERS = FilterModule().filters()
+
+
+def test_registered_names() -> None:
+    assert set(FILTERS) == {"vllm_node_plan", "vllm_node_report", "vllm_node_recovery", "vllm_router_settings",
+                            "vllm_router_view", "vllm_router_removal_problems", "vllm_router_reconcile",
+                            "vllm_drain_settings"}
+
+
+def test_plan_errors_name_the_filter() -> None:
+    with pytest.raises(AnsibleFilterError, match="^vllm_node_plan: nothing to serve"):
+        FILTERS["vllm_node_plan"]({"observed": {"link": {"path": "/opt/ml-env", "kind": "absent"}}, "start": True})
+
+
+def test_router_settings_take_hostvars_by_name() -> None:
+    hostvars = {"r1": {"vllm_router_request_timeout_secs": 60, "vllm_router_port": 30001}, "gpu01": {}}
+    fallback = {"vllm_router_host": "127.0.0.1", "vllm_router_port": 30000, "vllm_router_request_timeout_secs": 1800,
+                "vllm_router_drain_timeout": 0, "vllm_router_drain_poll": 1, "vllm_router_drain_settle": 2,
+                "vllm_router_drain_stale_after": 120, "vllm_router_add_timeout": 120,
+                "vllm_router_min_healthy_workers": 1}
+    (settings,) = FILTERS["vllm_router_settings"](["r1"], hostvars, fallback)
+    assert settings["drain_timeout"] == 90 and settings["url"] == "http://127.0.0.1:30001"
+    with pytest.raises(AnsibleFilterError, match="^vllm_router_settings: vllm_router_drain_timeout of router r1"):
+        FILTERS["vllm_router_settings"](["r1"], {"r1": {"vllm_router_drain_timeout": 5}}, fallback)
