@@ -11,6 +11,9 @@ GPUSERVE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 export GPUSERVE_REPO
 export GPUSERVE_CACHE="${GPUSERVE_CACHE:-$HOME/.cache/gpuserve}"
 export GPUSERVE_WHEEL_CACHE="${GPUSERVE_WHEEL_CACHE:-$GPUSERVE_CACHE/wheels}"
+# TEST DOUBLE vLLM wheels (tests/support/double_vllm_wheel.py), mounted into molecule's fleet nodes.
+export GPUSERVE_DOUBLE_WHEELS="${GPUSERVE_DOUBLE_WHEELS:-$GPUSERVE_CACHE/double-wheels}"
+mkdir -p "$GPUSERVE_WHEEL_CACHE" "$GPUSERVE_DOUBLE_WHEELS"
 
 _gpuserve_log() { printf '[env] %s\n' "$*" >&2; }
 

@@ -1,6 +1,7 @@
 """Bounded load generator for the router scenario (tests only; loopback or own containers).
 
-Sends a steady stream of /v1/completions through the router from --concurrency threads until
+Sends a steady stream of /v1/completions (--stream: streamed, --max-tokens long, each checked
+for every chunk and the final [DONE]) through the router from --concurrency threads until
 the stop file appears, --max-seconds pass or --max-requests were sent, whichever comes first,
 then writes a JSON summary (count, failures with their reasons, p50/p99 latency, the share of
 each node from the completion's `system_fingerprint`, set by the fleet-node test double) and
@@ -28,13 +29,37 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[int(rank) - 1]
 
 
-def one_request(url: str, key: str, model: str, timeout: float) -> tuple[bool, str, float]:
-    body = json.dumps({"model": model, "prompt": "The capital of France is", "max_tokens": 8}).encode()
+def read_stream(resp, tokens: int) -> tuple[bool, str]:
+    """An SSE completion stream: every `data:` event a chunk, `data: [DONE]` last."""
+    node, chunks, done = "unknown", 0, False
+    for raw in resp:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            done = True
+            break
+        event = json.loads(payload)
+        node = event.get("system_fingerprint") or node
+        chunks += 1
+    if not done:
+        return False, f"stream cut after {chunks} of {tokens} tokens"
+    return chunks == tokens, node if chunks == tokens else f"stream of {chunks} of {tokens} tokens"
+
+
+def one_request(url: str, key: str, model: str, timeout: float, stream: bool = False,
+                tokens: int = 8) -> tuple[bool, str, float]:
+    body = json.dumps({"model": model, "prompt": "The capital of France is", "max_tokens": tokens,
+                       "stream": stream}).encode()
     req = urllib.request.Request(url, data=body, method="POST", headers={
         "Content-Type": "application/json", "Authorization": f"Bearer {key}"})
     start = time.monotonic()
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
+            if stream:
+                ok, what = read_stream(resp, tokens)
+                return ok, what, time.monotonic() - start
             data = json.loads(resp.read())
         node = data.get("system_fingerprint") or "unknown"
         ok = bool(data.get("choices"))
@@ -59,7 +84,8 @@ def run(args: argparse.Namespace) -> dict:
                 if sent[0] >= args.max_requests:
                     return
                 sent[0] += 1
-            ok, what, latency = one_request(args.url, args.api_key, args.model, args.timeout)
+            ok, what, latency = one_request(args.url, args.api_key, args.model, args.timeout,
+                                            args.stream, args.max_tokens)
             with lock:
                 latencies.append(latency)
                 (nodes if ok else failures)[what] += 1
@@ -94,6 +120,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=30)
     parser.add_argument("--max-seconds", type=float, default=300)
     parser.add_argument("--max-requests", type=int, default=20000)
+    parser.add_argument("--stream", action="store_true", help="stream each completion (server-sent events)")
+    parser.add_argument("--max-tokens", type=int, default=8, help="tokens asked per completion")
     parser.add_argument("--stop-file", default="/run/fleet_loadgen.stop")
     parser.add_argument("--output", default="/run/fleet_loadgen.json")
     args = parser.parse_args()

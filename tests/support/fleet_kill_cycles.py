@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Kill site.yml's serve play at every step of an upgrade and of a rollback, then re-run (tests only).
+
+Run by molecule/fleet's verify on the controller, against the scenario's podman fleet:
+
+    fleet_kill_cycles.py --inventory INV [...] --router ROUTER --node NODE=ENV_A,ENV_B [...] --out FILE
+
+For each node (one thread each, so the cycles of several nodes overlap), against its two built
+envs A and B (real paths in the node's env store):
+
+* upgrade: a reference run switches the node to the other env with the kill seam only tracing
+  (tests/support/callback_plugins/gpuserve_kill.py): its N changed task results are the
+  boundaries. Then for each boundary k given to this node: a run towards the other env is
+  SIGKILLed at the start of the task after its k-th change, and a plain re-run must converge --
+  the node serves that env (its /version, the link), `.previous` names the env before, the
+  router lists it healthy, no journal is left.
+* rollback: the same with `vllm_server_rollback=true`: the re-run (with the flag on odd
+  boundaries, without it on even ones) must finish the rollback -- never flip forward -- and
+  leave the hold. Between cycles the hold is removed by hand, which is the state a node is in
+  after an ordinary upgrade to the env it now serves.
+
+Every run is `site.yml --tags vllm_server --limit NODE` as an operator re-runs a killed play;
+the target env is handed in an inventory file, as the prepare play hands its build dir. The
+summary (per cycle: the task killed before, the re-run's seconds, the state found) goes to
+--out as JSON and to stdout; the exit status is 1 when any cycle did not converge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SEAM = REPO / "tests" / "support" / "callback_plugins"
+STATE = ("systemctl show vllm.service -p MainPID --value; readlink -f /opt/ml-env; "
+         "readlink -f /opt/ml-env.previous || echo none; "
+         "python3 -c \"import urllib.request; print(urllib.request.urlopen("
+         "'http://127.0.0.1:8000/version', timeout=5).read().decode())\" || echo '{}'; "
+         "test -e /var/lib/gpuserve/vllm_server.plan.json && echo journal || echo no-journal; "
+         "test -e /var/lib/gpuserve/vllm_server.rollback.json && echo hold || echo no-hold")
+
+
+def podman(container: str, script: str) -> str:
+    return subprocess.run(["podman", "exec", container, "/bin/sh", "-c", script], check=False,
+                          capture_output=True, text=True, timeout=60).stdout
+
+
+def node_state(node: str) -> dict:
+    lines = podman(node, STATE).splitlines() + [""] * 6
+    try:
+        version = json.loads(lines[3]).get("version", "none")
+    except ValueError:
+        version = "none"
+    return {"pid": lines[0], "link": lines[1], "previous": lines[2], "version": version,
+            "journal": lines[4] == "journal", "hold": lines[5] == "hold"}
+
+
+def router_healthy(router: str, url: str) -> bool:
+    out = podman(router, "python3 -c \"import urllib.request; print(urllib.request.urlopen("
+                         "'http://127.0.0.1:30000/workers', timeout=5).read().decode())\"")
+    try:
+        workers = json.loads(out)["workers"]
+    except (ValueError, KeyError):
+        return False
+    return any(w.get("url") == url and w.get("is_healthy") for w in workers)
+
+
+class Runner:
+    """ansible-playbook site.yml --tags vllm_server --limit NODE, with or without the seam."""
+
+    def __init__(self, inventories: list[str], node: str, workdir: Path) -> None:
+        self.inventories, self.node, self.workdir = inventories, node, workdir
+
+    def run(self, target: str | None, extra: list[str], kill_at: int = 0) -> tuple[int, float, list[str]]:
+        trace = self.workdir / f"trace-{time.monotonic_ns()}.txt"
+        inventory = self.workdir / f"target-{self.node}.yml"
+        hosts = {self.node: {"__gpuserve_env_target": target}} if target else {}
+        inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+        env = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=str(SEAM),
+                   ANSIBLE_CALLBACKS_ENABLED="gpuserve_kill", GPUSERVE_KILL_TRACE=str(trace),
+                   GPUSERVE_KILL_AT=str(kill_at) if kill_at else "", ANSIBLE_FORCE_COLOR="0")
+        argv = (["ansible-playbook", str(REPO / "playbooks" / "site.yml"), "--tags", "vllm_server",
+                 "--limit", self.node, "--extra-vars", "vllm_router_min_healthy_workers=0"]
+                + [f"--inventory={i}" for i in self.inventories + [str(inventory)]] + extra)
+        started = time.monotonic()
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False)
+        lines = trace.read_text().splitlines() if trace.exists() else []
+        log = self.workdir / f"run-{self.node}-{time.monotonic_ns()}.log"
+        log.write_text(proc.stdout + proc.stderr)
+        return proc.returncode, round(time.monotonic() - started, 1), lines
+
+
+def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results: list, lock) -> None:
+    node, envs = spec.split("=", 1)
+    env_a, env_b = envs.split(",")
+    runner = Runner(args.inventory, node, Path(args.workdir))
+    url = f"http://{node}:8000"
+    version = {env_a: args.version_a, env_b: args.version_b}
+
+    def record(kind: str, k: int, killed: str, rc_kill: int, rc: int, seconds: float, want: str,
+               before: str, state: dict, extra_ok: bool) -> None:
+        ok = (rc_kill == -9 and rc == 0 and state["link"] == want and state["previous"] == before
+              and state["version"] == version[want] and not state["journal"]
+              and router_healthy(args.router, url) and extra_ok)
+        with lock:
+            results.append({"node": node, "plan": kind, "boundary": k, "killed_before": killed,
+                            "kill_rc": rc_kill, "rerun_rc": rc, "rerun_seconds": seconds,
+                            "state": state, "converged": ok})
+
+    # Upgrades: start from whatever the node serves, switch to the other env each time.
+    state = node_state(node)
+    current = state["link"]
+    other = env_b if current == env_a else env_a
+    rc, _secs, trace = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"])
+    boundaries = sum(1 for line in trace if line.startswith("changed"))
+    with lock:
+        results.append({"node": node, "plan": "upgrade", "boundary": 0, "reference_rc": rc,
+                        "changes": boundaries})
+    current, other = other, current
+    for k in range(1 + index, boundaries + 1, count):
+        rc_kill, _s, trace = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"], kill_at=k)
+        killed = next((line.split("\t", 1)[1] for line in trace if line.startswith("killed")), "")
+        rc, secs, _t = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"])
+        record("upgrade", k, killed, rc_kill, rc, secs, other, current, node_state(node), True)
+        current, other = other, current
+
+    # Rollbacks: the node serves `current`, `.previous` names `other`; no hold.
+    podman(node, "rm -f /var/lib/gpuserve/vllm_server.rollback.json")
+    rc, _secs, trace = runner.run(None, ["--extra-vars", "vllm_server_rollback=true"])
+    boundaries = sum(1 for line in trace if line.startswith("changed"))
+    with lock:
+        results.append({"node": node, "plan": "rollback", "boundary": 0, "reference_rc": rc,
+                        "changes": boundaries})
+    current, other = other, current
+    for k in range(1 + index, boundaries + 1, count):
+        podman(node, "rm -f /var/lib/gpuserve/vllm_server.rollback.json")
+        rc_kill, _s, trace = runner.run(None, ["--extra-vars", "vllm_server_rollback=true"], kill_at=k)
+        killed = next((line.split("\t", 1)[1] for line in trace if line.startswith("killed")), "")
+        again = ["--extra-vars", "vllm_server_rollback=true"] if k % 2 else []
+        rc, secs, _t = runner.run(None, again)
+        state = node_state(node)
+        record("rollback", k, killed, rc_kill, rc, secs, other, current, state, state["hold"])
+        current, other = other, current
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inventory", action="append", required=True)
+    parser.add_argument("--router", required=True)
+    parser.add_argument("--node", action="append", required=True, help="NODE=ENV_A,ENV_B")
+    parser.add_argument("--version-a", required=True, help="what /version says for ENV_A")
+    parser.add_argument("--version-b", required=True, help="what /version says for ENV_B")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--workdir", default="")
+    args = parser.parse_args()
+    args.workdir = args.workdir or tempfile.mkdtemp(prefix="gpuserve-kill-")
+    results: list[dict] = []
+    lock = threading.Lock()
+    started = time.monotonic()
+    threads = [threading.Thread(target=cycles, args=(args, spec, i, len(args.node), results, lock))
+               for i, spec in enumerate(args.node)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    cycles_run = [r for r in results if r.get("boundary")]
+    summary = {"seconds": round(time.monotonic() - started, 1), "cycles": len(cycles_run),
+               "failed": [r for r in cycles_run if not r["converged"]],
+               "references": [r for r in results if not r.get("boundary")], "results": results,
+               "logs": args.workdir}
+    Path(args.out).write_text(json.dumps(summary, indent=1))
+    for r in sorted(cycles_run, key=lambda r: (r["plan"], r["boundary"])):
+        print(f"{r['plan']:8} boundary {r['boundary']:2} on {r['node']}: killed before "
+              f"{r['killed_before']!r}; re-run rc {r['rerun_rc']} in {r['rerun_seconds']} s; "
+              f"{'converged' if r['converged'] else 'NOT CONVERGED ' + json.dumps(r['state'])}")
+    print(f"{len(cycles_run)} kill cycles in {summary['seconds']} s, {len(summary['failed'])} did not converge")
+    return 1 if summary["failed"] or not cycles_run else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
