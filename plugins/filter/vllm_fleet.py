@@ -31,9 +31,11 @@ def vllm_node_report(plan: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any
 
 
 def vllm_node_recovery(plan: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any] | None = None,
-                       stop_on_failure: t.Any = True) -> dict[str, t.Any]:
-    """plan | vllm_node_recovery(outcomes, stop_on_failure) -> {steps, why}."""
-    return vp.recovery(plan, outcomes if isinstance(outcomes, t.Mapping) else None, stop_on_failure)
+                       stop_on_failure: t.Any = True, service: str = "vllm.service",
+                       restart_sec: t.Any = 30) -> dict[str, t.Any]:
+    """plan | vllm_node_recovery(outcomes, stop_on_failure, service, restart_sec) -> {steps, why}."""
+    return vp.recovery(plan, outcomes if isinstance(outcomes, t.Mapping) else None, stop_on_failure,
+                       service, restart_sec)
 
 
 def vllm_router_settings(routers: t.Sequence[str], hostvars: t.Mapping[str, t.Any],

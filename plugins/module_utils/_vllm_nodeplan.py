@@ -503,14 +503,16 @@ def report(p: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any] | None = No
 
 
 def recovery(p: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any] | None,
-             stop_on_failure: t.Any = True) -> dict[str, t.Any]:
+             stop_on_failure: t.Any = True, service: str = "vllm.service",
+             restart_sec: t.Any = 30) -> dict[str, t.Any]:
     """After a failed step: what brings the node back to serving, so no run leaves it stopped.
 
     Steps: `restore` (both env links back as they were before the plan), `start` ((re)start
     and wait), `stop` (stop a server that cannot start, instead of systemd restarting it every
     RestartSec). A failed canary never switched anything: only a server stopped for it starts
     again. A failed start goes back to the env that served before when there is one; a server
-    that became healthy but failed the completion check keeps running.
+    that became healthy but failed the completion check keeps running. `why` says what the
+    report of the outcomes does not.
     """
     out = dict(outcomes or {})
     canary, start = dict(out.get("canary") or {}), dict(out.get("start") or {})
@@ -518,15 +520,16 @@ def recovery(p: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any] | None,
     before = short(p.get("from"))
     if canary and canary.get("ok") is False:
         if "stop" in steps:
-            return {"steps": ["start"], "why": f"the server stopped for the canary starts again on {before}"}
+            return {"steps": ["start"], "why": ""}  # the report says "started again on <env>"
         return {"steps": [], "why": "the server kept serving beside the canary"}
     if start and not start.get("ok"):
         if p.get("rollback_to"):
-            return {"steps": ["restore", "start"],
-                    "why": f"back to {short(p['rollback_to'])}, the env that served before"}
+            return {"steps": ["restore", "start"], "why": ""}  # the report says "rolled back to <env>"
         if start.get("stage") == "check":
             return {"steps": [], "why": "the server is healthy but failed the check; it keeps running"}
         if _bool(stop_on_failure):
-            return {"steps": ["stop"], "why": "stopped, so that systemd does not restart it in a loop"}
-        return {"steps": [], "why": "left to systemd (vllm_server_stop_on_failure: false)"}
+            return {"steps": ["stop"], "why": f"{service} has been stopped, so that systemd does not "
+                                              f"restart it every {restart_sec} s"}
+        return {"steps": [], "why": f"{service} was left to systemd (vllm_server_stop_on_failure: "
+                                    f"false): it restarts every {restart_sec} s"}
     return {"steps": [], "why": ""}

@@ -261,8 +261,10 @@ def test_recovery_of_a_restart(outcomes, stop_on_failure, steps):
 
 def test_recovery_after_a_canary_that_stopped_the_server():
     p = plan(node(target=B), LISTED)
-    assert vp.recovery(p, {"canary": {"ok": False}}) == {
-        "steps": ["start"], "why": "the server stopped for the canary starts again on vllm-0.17.0-aaaa"}
+    assert vp.recovery(p, {"canary": {"ok": False}}) == {"steps": ["start"], "why": ""}
+    assert vp.report(p, {"canary": {"ok": False, "seconds": 3, "msg": "died"},
+                         "recovered": {"ok": True, "kind": "restart", "to": A}})["line"].endswith(
+        "canary FAILED after 3 s: died; started again on vllm-0.17.0-aaaa, healthy")
 
 
 def test_report_lines():
