@@ -10,7 +10,7 @@ another key, so vLLM judges again; nothing is ever looked up by a partial match.
 The directory must belong to the user running the module and be closed to others (0700): an
 entry someone else could write would be a verdict vLLM never gave. Entries are written to a
 temp file, fsynced and renamed, so a reader sees a whole entry or none. Refusals, skips and
-crashes are never stored. Stdlib only, no Ansible imports.
+crashes are never stored, nor a verdict with a check not run. Stdlib only, no Ansible imports.
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ def why_not_cacheable(result: t.Mapping[str, t.Any],
     if result.get("problems"):
         return "vLLM refused the configuration (refusals are always judged again)"
     checks = result.get("checks") or []
+    not_run = [c["name"] for c in checks if c.get("status") == "not run"]
+    if not_run:
+        return f"not every check ran here ({', '.join(not_run)} not run)"
     if not checks or not all(c.get("ok") for c in checks):
         return "no complete set of passed checks"
     reasons = list(fingerprint.get("uncacheable") or [])
