@@ -141,5 +141,7 @@ def test_probe_parser_is_vllm_serve_parser(version: str) -> None:
     found = json.loads(run_python(env_python(version), PARSER).splitlines()[-1])
     timed(f"serve parser, probe vs normal import, {version}", start)
     assert found["same"] is True and found["flags"] > 100, found
-    assert found["bench_loaded"] is False and found["bench_after"] is True
+    assert found["bench_loaded"] is False
+    # 0.16-0.18's vllm/entrypoints/cli/__init__.py loads the bench subcommands; 0.33's is empty
+    assert found["bench_after"] is (version != NEWEST)
     assert found["grpc"] is (version != PATCHED)  # from 0.18 serve's subparser adds --grpc
