@@ -31,8 +31,8 @@ PYTHON_VERSION = "3.11"
 # and the newest, which the example inventory pins.
 DEFAULT_VERSIONS = ("0.16.0", "0.17.0", "0.18.0", "0.33.0")
 # Requirement lines installed beside vllm==<version>; inventories/example pins the same
-# (vllm_install_companions), tests/vllm_full checks that they agree. 0.33.0 alone resolves (uv)
-# cuda-python 12.6.2.post1, whose files overwrite cuda-bindings 13.x: Kimi-K2.5 then fails
+# (vllm_install_companions), tests/vllm_full checks that they agree. 0.33.0 alone resolves (uv
+# 0.13.9; pip picks 13.4.4) cuda-python 12.6.2.post1, whose files overwrite cuda-bindings 13.x: Kimi-K2.5 then fails
 # vLLM's model inspection (flashinfer's cutlass DSL misses cuda.bindings.runtime.cudaLibrary_t).
 COMPANIONS = {"0.33.0": ("cuda-python==13.4.4",)}
 
