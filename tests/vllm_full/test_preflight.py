@@ -48,6 +48,9 @@ RENDERED = {
     "long-context": (EXAMPLE, LONG),
 }
 NO_STUB = {"cuda_stub": False}
+# The module's default (300 s) is for a node; on 2 shared CI cores a 0.33.0 probe (no bytecode
+# in the env: PYTHONDONTWRITEBYTECODE) took 125-165 s alone and over 300 s beside molecule runs.
+PROBE_TIMEOUT = 900
 # name -> (rendered, vLLM version, patched?, module options over the defaults)
 CASES = {
     "example on 0.17.0 patched": ("example", PATCHED, True, {}),
@@ -110,7 +113,8 @@ def _preflight(name: str, rendered: dict, version: str, patched: bool, options: 
         "hosts": "localhost", "gather_facts": False,
         "tasks": [{"name": name, "gpuserve.vllm.vllm_serve_preflight": dict({
             "python": str(python), "argv": rendered["argv"], "compute_capability": "12.0",
-            "fail_on_problems": False, "unit_environment": rendered["env"]}, **options),
+            "fail_on_problems": False, "unit_environment": rendered["env"],
+            "timeout": PROBE_TIMEOUT}, **options),
             "environment": env}],
     }], work)[0]
     timed(f"preflight: {name} (probe {result.get('seconds', '?')} s)", start)
