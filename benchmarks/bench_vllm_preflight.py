@@ -11,7 +11,8 @@ This machine has no GPU: compute capability 12.0 is given. It prints:
 - warm: judged runs (no verdict cache), the module's wall time and the probe's stages
   (import vllm, parser, configs, attention backends);
 - cached: a run that stores the verdict, then unchanged re-runs answered from the verdict cache
-  (an accepted verdict is needed: 0.18.0, or 0.17.0 with --pythonpath to a patched overlay);
+  (an accepted verdict with every check run is needed: 0.18.0, 0.33.0 (the CUDA stub libcuda it
+  ships stands in for the driver), or 0.17.0 with --pythonpath to a patched overlay);
 - before/after (--before REV): the probe of git revision REV and the working tree's probe run
   directly (no Ansible) on the same request, alternately, wall and CPU seconds each.
 
@@ -95,9 +96,10 @@ def direct(source: str, python: Path, argv: list, work: Path, env: dict) -> tupl
     request = {"argv": argv, "compute_capability": "12.0", "variables": {},
                "result_path": str(work / "direct.json")}
     (work / "direct-request.json").write_text(json.dumps(request))
+    (work / "direct-probe.py").write_text(source)  # a file, as the module runs it (it may re-run)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    subprocess.run([str(python), "-", str(work / "direct-request.json")], input=source.encode(),
+    subprocess.run([str(python), str(work / "direct-probe.py"), str(work / "direct-request.json")],
                    env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1",
                             **env), cwd=work, capture_output=True, check=True)
     wall = time.monotonic() - start

@@ -143,13 +143,13 @@ step_firstcontact() {
 }
 
 # The real vLLM with all its dependencies (torch, CPU-only), one env per release, built once with
-# uv into ~/.cache/gpuserve/vllm-full (~15 GB for three; minutes cold, nothing warm). Tests of an
+# uv into ~/.cache/gpuserve/vllm-full (~24 GB for four; minutes cold, nothing warm). Tests of an
 # env that cannot be built skip with the reason printed (-rs), and the step fails: a tier that
 # did not run is not a pass.
 step_vllm_full() {
-  banner "pytest tests/vllm_full (real vLLM 0.16.0 / 0.17.0 / 0.18.0 with torch, no GPU)"
+  banner "pytest tests/vllm_full (real vLLM 0.16.0 / 0.17.0 / 0.18.0 / 0.33.0 with torch, no GPU)"
   local start=$SECONDS rc envs_rc=0
-  python3 tests/support/vllm_full_env.py 0.16.0 0.17.0 0.18.0 || envs_rc=1
+  python3 tests/support/vllm_full_env.py 0.16.0 0.17.0 0.18.0 0.33.0 || envs_rc=1
   [ "$envs_rc" -ne 0 ] && echo "FAIL: a vLLM env could not be built; its tests skip (reasons below)"
   echo "vllm_full: envs ready after $((SECONDS - start)) s"
   pytest_step vllm_full tests/vllm_full -rs

@@ -1,5 +1,6 @@
 # Private to the gpuserve.vllm collection: not a public API, may change without notice.
-"""Pure logic around the vLLM serve preflight: which role variable set a flag, and the refusal text.
+"""Pure logic around the vLLM serve preflight: which role variable set a flag, the refusal text,
+and the unit's environment read back from its EnvironmentFile= lines.
 
 The judging itself happens in _vllm_preflight_probe.py, inside the ml-env's interpreter. Stdlib
 only, no Ansible imports.
@@ -7,7 +8,11 @@ only, no Ansible imports.
 
 from __future__ import annotations
 
+import re
 import typing as t
+
+_ENV_LINE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$", re.DOTALL)
+_UNESCAPE = re.compile(r'\\([\\"`$])')
 
 # Flags the role renders from several variables, or under another name.
 _SPECIAL = {
@@ -50,3 +55,28 @@ def refusal_message(result: t.Mapping[str, t.Any], host: str = "") -> str:
         lines.append(f"- {', '.join(problem['variables'])}: {problem['message']} "
                      f"Fix: {problem['fix']}.")
     return "\n".join(lines)
+
+
+def unit_environment(lines: t.Iterable[str]) -> dict[str, str]:
+    """The variables of EnvironmentFile= lines as the role writes them (`NAME="value"`).
+
+    Double-quoted values lose the backslashes systemd_env_value put before \\ " ` $; single
+    quotes keep their content as is; blank and # lines are skipped. A bad line raises
+    ValueError naming its number only (the line may hold a secret).
+    """
+    found: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        line = str(line).strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        match = _ENV_LINE.match(line)
+        if not match:
+            raise ValueError(f"unit_environment line {number} is not NAME=value "
+                             "(the lines of the unit's EnvironmentFile)")
+        value = match.group("value")
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = _UNESCAPE.sub(r"\1", value[1:-1])
+        elif len(value) >= 2 and value[0] == value[-1] == "'":
+            value = value[1:-1]
+        found[match.group("name")] = value
+    return found

@@ -2,14 +2,15 @@
 """The preflight's verdict cache: its key, which verdicts may be stored, and its files.
 
 An accepted verdict is stored under a key made of everything it depends on: the argv, the
-extra flags' names, the compute capability asked for, the code that judged it, and the
-fingerprint of the install and the checkpoints (_vllm_preflight_key.py). Any change gives
+extra flags' names, the compute capability asked for, the code that judged it, the unit's
+environment (a secret's name only), and the fingerprint of the install, the checkpoints and the
+files the argv names (_vllm_preflight_key.py). Any change gives
 another key, so vLLM judges again; nothing is ever looked up by a partial match.
 
 The directory must belong to the user running the module and be closed to others (0700): an
 entry someone else could write would be a verdict vLLM never gave. Entries are written to a
 temp file, fsynced and renamed, so a reader sees a whole entry or none. Refusals, skips and
-crashes are never stored. Stdlib only, no Ansible imports.
+crashes are never stored, nor a verdict with a check not run. Stdlib only, no Ansible imports.
 """
 
 from __future__ import annotations
@@ -23,20 +24,36 @@ import tempfile
 import time
 import typing as t
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_preflight_key import is_secret
+
 FORMAT = 1
 KEEP = 16  # newest entries kept per directory
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.json$")
 _TEMP_PREFIX = ".entry-"
 _STALE_TEMP_S = 600
+SECRET_SET = "(secret: set; its value is never part of the key)"
+
+
+def keyed_environment(environment: t.Mapping[str, str]) -> dict[str, str]:
+    """The unit's environment as the key holds it: a secret's name, never its value.
+
+    An API key or a token changes no verdict, and a digest of one in a key others may read
+    could be guessed offline; that it is set (or not) is kept.
+    """
+    return {str(name): SECRET_SET if is_secret(str(name)) else str(value)
+            for name, value in sorted(environment.items())}
 
 
 def cache_key(fingerprint: t.Mapping[str, t.Any], argv: t.Sequence[str],
-              extra_flags: t.Iterable[str], compute_capability: str, code: str) -> str:
-    """sha256 over everything a verdict depends on (code: digest of the probe's source)."""
+              extra_flags: t.Iterable[str], compute_capability: str, code: str,
+              environment: t.Mapping[str, str] | None = None) -> str:
+    """sha256 over everything a verdict depends on (code: digest of the probe's source;
+    environment: the unit's, which the probe runs with)."""
     material = {"format": FORMAT, "argv": [str(a) for a in argv],
                 "extra_flags": sorted(str(f) for f in extra_flags),
                 "compute_capability": str(compute_capability).strip(), "code": code,
-                "fingerprint": fingerprint}
+                "fingerprint": fingerprint,
+                "environment": keyed_environment(environment or {})}
     text = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
@@ -60,6 +77,9 @@ def why_not_cacheable(result: t.Mapping[str, t.Any],
     if result.get("problems"):
         return "vLLM refused the configuration (refusals are always judged again)"
     checks = result.get("checks") or []
+    not_run = [c["name"] for c in checks if c.get("status") == "not run"]
+    if not_run:
+        return f"not every check ran here ({', '.join(not_run)} not run)"
     if not checks or not all(c.get("ok") for c in checks):
         return "no complete set of passed checks"
     reasons = list(fingerprint.get("uncacheable") or [])

@@ -13,8 +13,13 @@ reads only, a fraction of a second. What it reads:
 - every installed distribution's RECORD on sys.path (torch, transformers, ...): an install,
   upgrade or reinstall of any of them rewrites it;
 - the checkpoints the command line names (model, drafter, any other local directory): the bytes
-  of their top-level *.json and *.py files (config.json, remote code), never the weights. A model
-  or drafter that is not a local directory makes the verdict uncacheable;
+  of their top-level *.json, *.py and *.jinja files (config.json, remote code, chat template),
+  never the weights. A model or drafter that is not a local directory makes the verdict
+  uncacheable. Directories are found in every word of the argv, in `--flag=value` values and in
+  every string of a JSON argument (`--speculative-config={"model": ...}`), at any depth;
+- every local file the command line names the same way (`--chat-template`, `--config`,
+  `--tool-parser-plugin`, ...): its bytes (up to READ_LIMIT; a larger file, a GGUF model say,
+  by path, size, mtime and inode), and the files and directories a `--config` file names;
 - the interpreter, the VLLM_/HF_/TRANSFORMERS_/CUDA_ environment (secrets left out), and the
   node's GPUs and driver as /proc/driver/nvidia shows them.
 
@@ -32,7 +37,9 @@ import typing as t
 
 ENV_PREFIXES = ("VLLM_", "HF_", "TRANSFORMERS_", "CUDA_", "PYTHONPATH", "NVIDIA_")
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-CHECKPOINT_SUFFIXES = (".json", ".py")
+CHECKPOINT_SUFFIXES = (".json", ".py", ".jinja")
+READ_LIMIT = 4 << 20  # bytes of a named file hashed; a larger one is keyed by its stat
+CONFIG_FLAG = "--config"
 NVIDIA_PROC = "/proc/driver/nvidia"
 
 
@@ -63,17 +70,80 @@ def checkpoints(argv: t.Sequence[str]) -> dict[str, str]:
     return found
 
 
-def local_dirs(argv: t.Sequence[str]) -> list[str]:
-    """Every argv word (and string inside a JSON object argument) that is a local directory."""
+def _strings(value: t.Any) -> t.Iterator[str]:
+    """Every string inside a parsed JSON value, at any depth."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _config_values(path: str) -> list[str]:
+    """The values of a `vllm serve --config` YAML file's top-level `key: value` lines.
+
+    Read line by line (stdlib only): enough to find the paths it names, which is all the key
+    needs; the file's own bytes are keyed as well.
+    """
+    values = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read(READ_LIMIT).splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        if line.startswith((" ", "\t", "#", "-")) or ":" not in line:
+            continue
+        value = line.partition(":")[2].split(" #")[0].strip().strip("'\"")
+        if value:
+            values.append(value)
+    return values
+
+
+def argv_words(argv: t.Sequence[str]) -> list[str]:
+    """What a `vllm serve` argv can name: each word after the program, each `--flag=value`
+    value, each string of a JSON argument, and the values of any `--config` file."""
+    args = [str(a) for a in argv[1:]]
     words: list[str] = []
-    for arg in (str(a) for a in argv[1:]):
-        words.append(arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg)
-        if arg.lstrip().startswith("{"):
+    for at, arg in enumerate(args):
+        flag, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        word = value if eq else arg
+        words.append(word)
+        if word.lstrip().startswith(("{", "[")):
             try:
-                words.extend(str(v) for v in json.loads(arg).values() if isinstance(v, str))
-            except (ValueError, AttributeError):
+                words.extend(_strings(json.loads(word)))
+            except ValueError:
                 pass
-    return sorted({os.path.abspath(w) for w in words if w and os.path.isdir(w)})
+        if flag == CONFIG_FLAG:
+            path = value if eq else (args[at + 1] if at + 1 < len(args) else "")
+            if os.path.isfile(path):
+                words.extend(_config_values(path))
+    return [w for w in words if w]
+
+
+def local_dirs(argv: t.Sequence[str]) -> list[str]:
+    """Every local directory the argv names (see argv_words)."""
+    return sorted({os.path.abspath(w) for w in argv_words(argv) if os.path.isdir(w)})
+
+
+def local_files(argv: t.Sequence[str]) -> list[str]:
+    """Every local file the argv names (see argv_words): templates, configs, plugins."""
+    return sorted({os.path.abspath(w) for w in argv_words(argv) if os.path.isfile(w)})
+
+
+def file_digest(path: str) -> str:
+    """sha256 of a named file's bytes; past READ_LIMIT its path, size, mtime_ns and inode."""
+    try:
+        st = os.stat(path)
+        if st.st_size > READ_LIMIT:
+            return f"stat:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
 
 
 def checkpoint_digest(path: str) -> dict[str, str]:
@@ -130,10 +200,15 @@ def distributions_digest(paths: t.Sequence[str]) -> tuple[str, int]:
     return _stat_rows_digest(rows)
 
 
+def is_secret(name: str) -> bool:
+    """A variable whose value never goes into a key, a log or an argv (API keys, tokens)."""
+    return any(word in name.upper() for word in SECRET_WORDS)
+
+
 def environment(environ: t.Mapping[str, str]) -> dict[str, str]:
     """The variables vLLM, transformers and CUDA read, without anything that looks secret."""
     return {k: v for k, v in sorted(environ.items())
-            if k.startswith(ENV_PREFIXES) and not any(w in k for w in SECRET_WORDS)}
+            if k.startswith(ENV_PREFIXES) and not is_secret(k)}
 
 
 def gpus(proc: str = NVIDIA_PROC) -> str:
@@ -173,11 +248,14 @@ def fingerprint(argv: t.Sequence[str]) -> dict[str, t.Any]:
             result["uncacheable"].append(f"the {role} {path} is not a local directory (what "
                                          "vLLM would read from it cannot be fingerprinted)")
     result["checkpoints"] = {path: checkpoint_digest(path) for path in local_dirs(argv)}
+    result["files"] = {path: file_digest(path) for path in local_files(argv)}
     return result
 
 
 def main() -> int:
-    """`python - REQUEST.json`: write the fingerprint of the request's argv to its result_path."""
+    """`python SCRIPT REQUEST.json`: write the fingerprint of the request's argv to its result_path."""
+    if os.path.isfile(sys.argv[0]) and sys.path[:1] == [os.path.dirname(os.path.abspath(sys.argv[0]))]:
+        del sys.path[0]  # the module's temp directory this script runs from, new every run
     with open(sys.argv[1], encoding="utf-8") as handle:
         request = json.load(handle)
     with open(request["result_path"], "w", encoding="utf-8") as handle:

@@ -8,12 +8,20 @@ choose between on the node's compute capability, through their own `validate_con
 No table of vLLM facts is kept here. Stdlib at the top level, vLLM and torch inside functions.
 CUDA buffers backend modules allocate at import go to torch's `meta` device (the running server
 holds the GPUs). Without a GPU, vLLM's CPU platform builds the parser (as `vllm bench` does) and
-the CUDA platform module is imported with its compiled ops stubbed; each stand-in is in `notes`.
+the CUDA platform module is imported for its backend priority list: its compiled ops loaded
+against NVIDIA's CUDA stub library when no driver library loads (the probe re-runs itself with
+the stub on the loader path, see cuda_stub_env), or stubbed as a Python module where the release
+allows it; each stand-in is in `notes`.
+
+Each check is reported on its own: passed, refused, or not run with the reason (a check that
+cannot run here, or that this probe's code does not fit the release); the others still stand.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import glob
 import io
 import json
 import os
@@ -25,6 +33,10 @@ import typing as t
 
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: (?P<args>.*)")
 _ARGUMENT = re.compile(r"argument (?P<flag>--[\w.-]+)")
+PASSED, REFUSED, NOT_RUN = "passed", "refused", "not run"
+DRIVER_LIBRARY = "libcuda.so.1"
+CUDA_ERROR_STUB_LIBRARY = 34  # what cuInit of NVIDIA's link-time stub libcuda answers
+STUB_ENV = "GPUSERVE_PREFLIGHT_CUDA_STUB"  # set on the re-run: the stub's path
 
 
 class Probe:
@@ -36,8 +48,10 @@ class Probe:
         self.variables: dict[str, str] = dict(request.get("variables") or {})
         self.checks: list[dict[str, t.Any]] = []
         self.problems: list[dict[str, t.Any]] = []
+        self.not_run: list[dict[str, str]] = []
         self.notes: list[str] = []
         self.version = "unknown"
+        self.gpu = False
         self.timings: dict[str, float] = {}
         self._mark = time.monotonic()
 
@@ -50,13 +64,36 @@ class Probe:
         return self.variables.get(flag) or f"the flag {flag} (vllm_server_extra_flags)"
 
     def check(self, name: str, detail: str) -> None:
-        self.checks.append({"name": name, "ok": True, "detail": detail})
+        self.checks.append({"name": name, "ok": True, "status": PASSED, "detail": detail})
 
     def refuse(self, name: str, flags: t.Sequence[str], message: str, fix: str) -> None:
         names = sorted({self.variable(f) for f in flags}) or ["the vllm_server settings"]
-        self.checks.append({"name": name, "ok": False, "detail": message})
+        self.checks.append({"name": name, "ok": False, "status": REFUSED, "detail": message})
         self.problems.append({"check": name, "variables": names, "flags": list(flags),
                               "message": message.strip(), "fix": fix})
+
+    def skip(self, name: str, reason: str) -> None:
+        """Report a check as not run (once), with why; the other verdicts stand."""
+        if any(c["name"] == name for c in self.checks):
+            return
+        self.checks.append({"name": name, "ok": None, "status": NOT_RUN, "detail": reason})
+        self.not_run.append({"name": name, "reason": reason})
+
+    def judged(self, name: str) -> str:
+        """The status of check `name`, "" when it has none yet."""
+        return next((c["status"] for c in self.checks if c["name"] == name), "")
+
+    def guarded(self, names: t.Sequence[str], stage: t.Callable[..., t.Any], *args: t.Any) -> t.Any:
+        """Run one stage; an error vLLM gives outside its own refusals (an API this probe does
+        not fit, a library this machine lacks) marks the stage's checks not run, with why."""
+        try:
+            return stage(*args)
+        except Exception as exc:  # any error is one check's, never the whole probe's
+            reason = (f"vLLM {self.version}: {type(exc).__name__}: {_first_lines(exc)} "
+                      "(the probe could not run this check here)")
+            for name in names:
+                self.skip(name, reason)
+            return None
 
     def platform(self) -> t.Any:
         from vllm import platforms
@@ -187,6 +224,7 @@ class Probe:
                 if f.lstrip("-").split(".")[0].replace("-", "_") in text]
 
     def capability(self, platform: t.Any) -> tuple[int, int] | None:
+        """The GPU's compute capability (a detected GPU wins), else the one given."""
         if self.gpu:
             cap = platform.get_device_capability()
             if cap is not None:
@@ -199,7 +237,16 @@ class Probe:
 
     def backends(self, cap: tuple[int, int], args: t.Any, model_config: t.Any,
                  engine_config: t.Any, spec: t.Any) -> None:
-        cuda = self._cuda_platform()
+        """Ask the backends vLLM's CUDA platform would pick from, for the target and drafter."""
+        draft = getattr(spec, "draft_model_config", None) if spec is not None else None
+        models = [("target", model_config)] + ([("drafter", draft)] if draft is not None else [])
+        names = [f"attention-backend-{role}" for role, _config in models]
+        try:
+            cuda = self._cuda_platform()
+        except ImportError as exc:
+            for name in names:
+                self.skip(name, self._no_cuda_platform(exc))
+            return
         from vllm.config import VllmConfig, set_current_vllm_config
         from vllm.platforms.interface import DeviceCapability
         from vllm.v1.attention.selector import AttentionSelectorConfig
@@ -213,24 +260,23 @@ class Probe:
             except Exception:
                 vllm_config = VllmConfig()
         selected = getattr(args, "attention_backend", None)
-        models = [("target", model_config)]
-        draft = getattr(spec, "draft_model_config", None) if spec is not None else None
-        if draft is not None:
-            models.append(("drafter", draft))
         with set_current_vllm_config(vllm_config):
-            for role, config in models:
-                fields = {
-                    "head_size": config.get_head_size(), "dtype": config.dtype,
-                    "kv_cache_dtype": kv, "block_size": None, "use_mla": config.use_mla,
-                    # vLLM's DeepSeek model uses sparse attention when the config has index_topk
-                    "use_sparse": hasattr(config.hf_text_config, "index_topk"),
-                }
-                known = {k: v for k, v in fields.items()
-                         if k in AttentionSelectorConfig._fields}
-                selector = AttentionSelectorConfig(**known)
-                heads = config.hf_text_config.num_attention_heads // max(
-                    1, int(args.tensor_parallel_size or 1))
-                self._judge(cuda, device, selector, heads, selected, role, config, kv)
+            for (role, config), name in zip(models, names):
+                self.guarded([name], self._judge_model, cuda, device, AttentionSelectorConfig,
+                             args, selected, role, config, kv)
+
+    def _judge_model(self, cuda: t.Any, device: t.Any, selector_type: t.Any, args: t.Any,
+                     selected: t.Any, role: str, config: t.Any, kv: str) -> None:
+        fields = {
+            "head_size": config.get_head_size(), "dtype": config.dtype,
+            "kv_cache_dtype": kv, "block_size": None, "use_mla": config.use_mla,
+            # vLLM's DeepSeek model uses sparse attention when the config has index_topk
+            "use_sparse": hasattr(config.hf_text_config, "index_topk"),
+        }
+        selector = selector_type(**{k: v for k, v in fields.items() if k in selector_type._fields})
+        heads = config.hf_text_config.num_attention_heads // max(
+            1, int(args.tensor_parallel_size or 1))
+        self._judge(cuda, device, selector, heads, selected, role, config, kv)
 
     def _judge(self, cuda: t.Any, device: t.Any, selector: t.Any, heads: int, selected: t.Any,
                role: str, config: t.Any, kv: str) -> None:
@@ -278,16 +324,31 @@ class Probe:
                     f"(vLLM would stop with 'No valid attention backend found'): {detail}", fix)
 
     def _cuda_platform(self) -> t.Any:
+        """vLLM's CUDA platform module; raises ImportError (the first one) when it cannot load."""
         try:
             from vllm.platforms import cuda
         except ImportError as exc:  # no CUDA driver here: only the priority list is read
             import types
 
             sys.modules["vllm._C"] = types.ModuleType("vllm._C")
-            from vllm.platforms import cuda
-
+            try:
+                from vllm.platforms import cuda
+            except ImportError:
+                del sys.modules["vllm._C"]
+                raise exc from None
             self.notes.append(f"vllm.platforms.cuda imported with vllm._C stubbed ({exc})")
         return cuda
+
+    def _no_cuda_platform(self, exc: ImportError) -> str:
+        why = f"vLLM {self.version}'s CUDA platform module cannot be imported here ({exc})"
+        if DRIVER_LIBRARY.split(".", maxsplit=1)[0] not in str(exc):
+            return why
+        if os.environ.get(STUB_ENV):
+            return why + f", even with the CUDA stub library {os.environ[STUB_ENV]}"
+        stub = ("cuda_stub is false" if not self.request.get("cuda_stub", True)
+                else "the env ships no CUDA stub library")
+        return (why + f": no NVIDIA driver library on this machine and {stub}; on a GPU node "
+                "this check runs")
 
     def run(self) -> dict[str, t.Any]:
         started = time.monotonic()
@@ -307,27 +368,57 @@ class Probe:
                                    f"({exc}); vLLM's parser and configs cannot run, nothing was "
                                    "checked (vllm_install_no_deps?)"}
         self.lap("import vllm")
+        if os.environ.get(STUB_ENV):
+            self.notes.append(f"no NVIDIA driver library ({DRIVER_LIBRARY}) on this machine: "
+                              f"vLLM's compiled ops were loaded against NVIDIA's CUDA stub "
+                              f"library {os.environ[STUB_ENV]} (its calls answer "
+                              "CUDA_ERROR_STUB_LIBRARY; nothing ran on a GPU)")
         platform = self.platform()
         self.gpu = not platform.is_cpu()
-        result["platform"] = type(platform).__name__
-        args = self.parse()
-        self.lap("parser")
-        if args is not None:
-            model_config, spec, engine_config = self.configs(args)
-            self.lap("configs")
-            cap = self.capability(platform)
-            result["compute_capability"] = f"{cap[0]}.{cap[1]}" if cap else None
-            if model_config is not None and cap is not None:
-                self.backends(cap, args, model_config, engine_config, spec)
-                self.lap("attention backends")
-            elif cap is None:
-                self.notes.append("no compute capability known: KV-cache dtype and attention "
-                                  "backends not checked")
+        result.update(platform=type(platform).__name__, gpu=self.gpu)
+        self.judge(platform, result)
         result.update({"vllm_version": self.version, "checks": self.checks,
-                       "problems": self.problems, "notes": self.notes,
+                       "problems": self.problems, "not_run": self.not_run, "notes": self.notes,
                        "timings": self.timings,
                        "seconds": round(time.monotonic() - started, 2)})
         return result
+
+    def judge(self, platform: t.Any, result: dict[str, t.Any]) -> None:
+        """Every check in order; each one that cannot be judged says why, the rest go on."""
+        later = ["model-config"] + (["speculative-config"] if any(
+            a.split("=")[0].split(".")[0] == "--speculative-config" for a in self.argv) else [])
+        later.append("attention-backend-target")
+        args = self.guarded(["parser"], self.parse)
+        self.lap("parser")
+        if args is None:
+            why = ("vLLM's parser refused the command line" if self.problems
+                   else "the parser check did not run")
+            for name in later:
+                self.skip(name, f"not judged: {why}")
+            return
+        model_config, spec, engine_config = self.guarded(later[:-1], self.configs, args) or \
+            (None, None, None)
+        self.lap("configs")
+        for name in later[1:-1]:
+            if not self.judged(name):
+                self.skip(name, "not judged: no model config (see model-config)")
+        cap = self.guarded(["attention-backend-target"], self.capability, platform)
+        result["compute_capability"] = f"{cap[0]}.{cap[1]}" if cap else None
+        if model_config is None:
+            self.skip("attention-backend-target", "not judged: no model config (see model-config)")
+        elif cap is None:
+            self.skip("attention-backend-target", "no compute capability known (no GPU detected "
+                      "and vllm_server_preflight_compute_capability empty): KV-cache dtype and "
+                      "attention backends not checked")
+        else:
+            names = ["attention-backend-target"]
+            if getattr(spec, "draft_model_config", None) is not None:
+                names.append("attention-backend-drafter")
+            self.guarded(names, self.backends, cap, args, model_config, engine_config, spec)
+            self.lap("attention backends")
+        if len(later) > 2 and spec is None and self.judged("speculative-config") != PASSED:
+            self.skip("attention-backend-drafter",
+                      "not judged: no speculative config (see speculative-config)")
 
 
 def _serve_module() -> t.Any:
@@ -380,13 +471,71 @@ def _first_lines(exc: BaseException, limit: int = 3) -> str:
     return " ".join(line.strip() for line in lines[:limit]) or type(exc).__name__
 
 
+def cuda_stub_env(request: t.Mapping[str, t.Any], script: str) -> dict[str, str] | None:
+    """The environment to re-run this script with NVIDIA's CUDA stub library, or None.
+
+    Only where the driver library does not load (no NVIDIA driver: CI, a rehearsal with all
+    dependencies) and the env ships the stub (a libcuda whose cuInit answers
+    CUDA_ERROR_STUB_LIBRARY; vLLM 0.33's pynvvideocodec dependency carries one): vLLM's compiled
+    ops then load and its CUDA platform's backend list can be read. Never on the re-run itself,
+    never with cuda_stub false, never when run from stdin (nothing to re-run).
+    """
+    if not request.get("cuda_stub", True) or os.environ.get(STUB_ENV) is not None \
+            or not os.path.isfile(script) or _loads(DRIVER_LIBRARY):
+        return None
+    stub = find_cuda_stub([p for p in sys.path if p.endswith(("site-packages", "dist-packages"))])
+    if not stub:
+        return None
+    links = os.path.join(os.path.dirname(request["result_path"]), "cuda-stub")
+    os.makedirs(links, mode=0o700, exist_ok=True)
+    link = os.path.join(links, DRIVER_LIBRARY)
+    if not os.path.islink(link):
+        os.symlink(stub, link)
+    loader_path = os.environ.get("LD_LIBRARY_PATH", "")
+    loader_path = links + (os.pathsep + loader_path if loader_path else "")
+    return dict(os.environ, LD_LIBRARY_PATH=loader_path, **{STUB_ENV: stub})
+
+
+def find_cuda_stub(dirs: t.Sequence[str]) -> str:
+    """The first libcuda under dirs (one level down) that is NVIDIA's stub, or ""."""
+    for base in dirs:
+        for path in sorted(glob.glob(os.path.join(glob.escape(base), "*", "libcuda*.so*"))):
+            name = os.path.basename(path)
+            if name.startswith(("libcuda.", "libcuda-")) and _is_stub(path):
+                return path
+    return ""
+
+
+def _loads(library: str) -> bool:
+    try:
+        ctypes.CDLL(library)
+    except OSError:
+        return False
+    return True
+
+
+def _is_stub(path: str) -> bool:
+    """True for NVIDIA's link-time stub libcuda (cuInit answers CUDA_ERROR_STUB_LIBRARY)."""
+    try:
+        init = getattr(ctypes.CDLL(path), "cuInit", None)
+    except OSError:
+        return False
+    return init is not None and init(0) == CUDA_ERROR_STUB_LIBRARY
+
+
 def main() -> int:
     with open(sys.argv[1], encoding="utf-8") as handle:
         request = json.load(handle)
+    stub_env = cuda_stub_env(request, sys.argv[0])
+    if stub_env is not None:  # the loader reads LD_LIBRARY_PATH only when a process starts
+        os.execve(sys.executable, [sys.executable] + sys.argv, stub_env)
+    probe = Probe(request)
     try:
-        result = Probe(request).run()
+        result = probe.run()
     except Exception:
-        result = {"skipped": False, "crashed": True, "error": traceback.format_exc()[-4000:]}
+        result = {"skipped": False, "crashed": True, "error": traceback.format_exc()[-4000:],
+                  "vllm_version": probe.version, "checks": probe.checks,
+                  "problems": probe.problems, "not_run": probe.not_run, "notes": probe.notes}
     with open(request["result_path"], "w", encoding="utf-8") as handle:
         json.dump(result, handle)
     return 0

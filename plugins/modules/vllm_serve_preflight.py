@@ -27,6 +27,14 @@ description:
   - A refusal names the variable(s), the vLLM version and the fix. It takes seconds (vLLM's
     import dominates), and it starts, stops and changes nothing, so a running server is left
     alone.
+  - Every check is reported on its own in RV(checks) as passed, refused, or not run with the
+    reason (RV(not_run)), e.g. the attention backends on a machine with neither an NVIDIA driver
+    library nor the CUDA stub library; the other verdicts stand. On a GPU node every check runs,
+    and a check that does not is a warning.
+  - The probe runs with the unit's environment (O(unit_environment)) over the module's own, so
+    what vLLM reads from it (C(VLLM_ALLOW_LONG_MAX_MODEL_LEN), C(HF_HOME), ...) is judged as the
+    server would see it. The values reach the probe through its environment only, never its
+    command line.
   - When vLLM is installed without its dependencies (rehearsals with C(vllm_install_no_deps)),
     it says that it was skipped and why, and does not fail.
 author:
@@ -66,16 +74,39 @@ options:
     description: Fail when vLLM would refuse the configuration. V(false) only returns the problems.
     type: bool
     default: true
+  unit_environment:
+    description:
+      - The lines of the unit's C(EnvironmentFile=) (C(NAME="value"), as the C(systemd_env_lines)
+        filter renders them), which the probe runs with. May hold secrets (API key, tokens), so
+        it is never logged; a secret's value (a name with C(TOKEN), C(KEY), C(SECRET) or C(PASSWORD)) never
+        enters the verdict cache key, only that it is set.
+    type: list
+    elements: str
+    default: []
+  cuda_stub:
+    description:
+      - Without an NVIDIA driver library (C(libcuda.so.1) cannot be loaded, as in CI or a
+        rehearsal with all dependencies), load vLLM's compiled ops against NVIDIA's CUDA stub library when the
+        env ships one (a C(libcuda) whose C(cuInit) answers C(CUDA_ERROR_STUB_LIBRARY), e.g. the
+        one in C(pynvvideocodec), a vLLM 0.33 dependency), so that the attention-backend check
+        can run; RV(notes) names it. Nothing runs on a GPU either way.
+      - V(false), or no stub in the env, reports the attention-backend check as not run there
+        when vLLM's CUDA platform needs the driver library at import (vLLM >= 0.33).
+      - Ignored where C(libcuda.so.1) loads (a GPU node).
+    type: bool
+    default: true
   cache_dir:
     description:
       - Directory of the verdict cache (created 0700, owned by the user running the module). An
         accepted verdict is stored there; a later run with the same O(argv), O(extra_flags),
         O(compute_capability), the same vLLM install (every file of the vLLM package by path,
         size, mtime and inode; every installed distribution's C(RECORD)), the same C(*.json) and
-        C(*.py) files in the model's and drafter's directories, the same interpreter, environment
-        and GPUs, and the same collection code returns it in well under a second (RV(cached)).
-        Any change judges again.
-      - Refusals, skips and crashes are never stored. Check mode reads the cache but never
+        C(*.py)/C(*.jinja) files in the model's and drafter's directories (also when named inside
+        a JSON argument such as C(--speculative-config)), the same bytes of every file the argv
+        names (C(--chat-template), C(--config) and what it names, C(--tool-parser-plugin)), the
+        same interpreter, unit environment, environment and GPUs, and the same collection code
+        returns it in well under a second (RV(cached)). Any change judges again.
+      - Refusals, skips, crashes and verdicts with a check not run are never stored. Check mode reads the cache but never
         writes it. Empty disables the cache. Remove the directory to force a new judgement.
     type: path
     default: ""
@@ -83,8 +114,9 @@ notes:
   - The CUDA buffers some attention backend modules allocate at import go to torch's C(meta)
     device, so the probe takes no GPU memory next to a running server.
   - Without a GPU the probe uses vLLM's CPU platform to build the parser (as C(vllm bench)
-    does) and imports vLLM's CUDA platform module with its compiled ops stubbed (only its
-    backend priority list is read). Every such stand-in is listed in RV(notes).
+    does) and reads only the backend priority list of vLLM's CUDA platform module (its compiled
+    ops loaded against the CUDA stub library, see O(cuda_stub), or stubbed as a Python module
+    where the release allows it). Every such stand-in is listed in RV(notes).
   - On a machine without a GPU, C(create_engine_config) may stop on CPU-only limits; that is
     reported in RV(notes), not as a refusal.
 seealso:
@@ -122,14 +154,25 @@ compute_capability:
   type: str
   sample: "12.0"
 checks:
-  description: Every check, passed or not, with what vLLM said.
+  description:
+    - Every check with its C(status) (V(passed), V(refused) or V(not run)) and what vLLM said or
+      why it could not run; C(ok) is true when passed, false when refused, null when not run.
   returned: when not skipped
   type: list
   elements: dict
   sample:
     - name: attention-backend-target
       ok: true
+      status: passed
       detail: "target (KimiK25Config, MLA, head size 576, KV cache auto): TRITON_MLA on compute capability 12.0"
+not_run:
+  description: The checks that could not run on this machine, each with C(name) and C(reason).
+  returned: when not skipped
+  type: list
+  elements: dict
+  sample:
+    - name: attention-backend-target
+      reason: "vLLM 0.33.0's CUDA platform needs the NVIDIA driver library: libcuda.so.1: cannot open shared object file"
 problems:
   description: The refusals, each with the variables, vLLM's message and the fix.
   returned: when not skipped
@@ -183,6 +226,7 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils import (
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_preflight import (
     flag_variables,
     refusal_message,
+    unit_environment,
 )
 
 # The scripts' own sources (from the AnsiballZ payload on the node), run by the ml-env python.
@@ -190,18 +234,26 @@ PROBE = inspect.getsource(_vllm_preflight_probe)
 KEY = inspect.getsource(_vllm_preflight_key)
 
 
-def run_probe(python: str, request: dict, timeout: int, source: str = PROBE) -> dict:
-    """Run a script's source with `python` on a request; its result, or a crash description."""
+def run_probe(python: str, request: dict, timeout: int, source: str = PROBE,
+              env: dict | None = None) -> dict:
+    """Run a script's source with `python` on a request; its result, or a crash description.
+
+    The script is a file in a 0700 temp directory (the probe may re-run itself with the CUDA
+    stub library on its loader path); `env` (the unit's) goes over the module's environment.
+    """
     with tempfile.TemporaryDirectory(prefix="gpuserve-preflight-") as tmp:
         request = dict(request, result_path=os.path.join(tmp, "result.json"))
         request_path = os.path.join(tmp, "request.json")
+        script = os.path.join(tmp, "gpuserve_preflight.py")
         with open(request_path, "w", encoding="utf-8") as handle:
             json.dump(request, handle)
-        env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
+        with open(script, "w", encoding="utf-8") as handle:
+            handle.write(source)
+        environ = dict(os.environ, **(env or {}))
+        environ.update(VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
         started = time.monotonic()
         try:
-            proc = subprocess.run([python, "-", request_path], input=source.encode("utf-8"),
-                                  env=env, cwd=tmp,
+            proc = subprocess.run([python, script, request_path], env=environ, cwd=tmp,
                                   capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return {"crashed": True, "error": f"the probe took longer than {timeout} s"}
@@ -216,16 +268,17 @@ def run_probe(python: str, request: dict, timeout: int, source: str = PROBE) -> 
         return result
 
 
-def fingerprint(python: str, argv: list, timeout: int) -> tuple[dict | None, str]:
+def fingerprint(python: str, argv: list, timeout: int,
+                env: dict | None = None) -> tuple[dict | None, str]:
     """What the verdict depends on, read by the ml-env python; (None, why) when that failed."""
-    found = run_probe(python, {"argv": argv}, timeout, KEY)
+    found = run_probe(python, {"argv": argv}, timeout, KEY, env)
     if found.pop("crashed", False):
         return None, f"verdict cache not used: the fingerprint failed: {found.get('error')}"
     found.pop("seconds", None)
     return found, ""
 
 
-def store(module: AnsibleModule, key: str, before: dict, result: dict) -> str:
+def store(module: AnsibleModule, key: str, before: dict, result: dict, env: dict) -> str:
     """Store an accepted verdict, unless check mode or the install changed while it was judged."""
     why = cache.why_not_cacheable(result, before)
     if why:
@@ -233,7 +286,7 @@ def store(module: AnsibleModule, key: str, before: dict, result: dict) -> str:
     if module.check_mode:
         return "not stored: check mode never writes the verdict cache"
     params = module.params
-    after, note = fingerprint(params["python"], params["argv"], params["timeout"])
+    after, note = fingerprint(params["python"], params["argv"], params["timeout"], env)
     if after != before:
         return note or "not stored: vLLM's files or the checkpoints changed while vLLM judged"
     try:
@@ -254,6 +307,9 @@ def main() -> None:
             "timeout": {"type": "int", "default": 300},
             "fail_on_problems": {"type": "bool", "default": True},
             "cache_dir": {"type": "path", "default": ""},
+            "unit_environment": {"type": "list", "elements": "str", "default": [],
+                                 "no_log": True},
+            "cuda_stub": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -262,28 +318,38 @@ def main() -> None:
         module.fail_json(msg=f"python={params['python']} is not an executable interpreter: point "
                              "it at the ml-env's bin/python (ml_env_dir)")
     argv = params["argv"]
+    try:
+        env = unit_environment(params["unit_environment"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     started = time.monotonic()
     key, before, note = "", None, ""
     if params["cache_dir"]:
-        before, note = fingerprint(params["python"], argv, params["timeout"])
+        before, note = fingerprint(params["python"], argv, params["timeout"], env)
         if before is not None:
             key = cache.cache_key(before, argv, params["extra_flags"],
-                                  params["compute_capability"], cache.code_digest(PROBE, KEY))
+                                  params["compute_capability"], cache.code_digest(PROBE, KEY),
+                                  env)
             entry, note = cache.read_entry(params["cache_dir"], key)
             if entry is not None:
                 module.exit_json(changed=False, **cache.cached_result(
                     entry, key, time.monotonic() - started))
     request = {"argv": argv, "compute_capability": params["compute_capability"],
-               "variables": flag_variables(argv, params["extra_flags"])}
-    result = run_probe(params["python"], request, params["timeout"])
+               "variables": flag_variables(argv, params["extra_flags"]),
+               "cuda_stub": params["cuda_stub"]}
+    result = run_probe(params["python"], request, params["timeout"], PROBE, env)
     if params["cache_dir"]:
-        stored = store(module, key, before, result) if key else note
+        stored = store(module, key, before, result, env) if key else note
         result.update(cache=(note + "; " if note and key else "") + stored, cache_key=key)
     result.update(changed=False, cached=False)
     if result.pop("crashed", False):
         module.fail_json(msg=f"the vLLM preflight probe crashed: {result.get('error')}", **result)
     if result.get("skipped"):
         module.exit_json(**result)
+    if result.get("gpu"):
+        for check in result.get("not_run") or []:
+            module.warn(f"vLLM preflight check {check['name']} did not run on this GPU node: "
+                        f"{check['reason']}")
     if result.get("problems") and params["fail_on_problems"]:
         module.fail_json(msg=refusal_message(result), **result)
     module.exit_json(**result)

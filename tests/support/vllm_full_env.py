@@ -9,7 +9,10 @@ uv into $GPUSERVE_CACHE/vllm-full/<version> (default ~/.cache/gpuserve), uv's ow
 under $GPUSERVE_CACHE/uv (hardlinked into the envs, so a second release costs only what differs),
 and never inside the repo. An env is built in a temporary directory and moved into place only
 after `import vllm` works in it: an interrupted build leaves nothing that looks finished.
-This machine has no GPU: the CUDA wheels are installed but never loaded.
+A release installed with companions (COMPANIONS, the same lines the example inventory gives
+vllm_install_companions) gets them in the same resolution, as vllm_install does on a node; an
+env built with other requirements is rebuilt. This machine has no GPU: the CUDA wheels are
+installed, and only NVIDIA's stub libcuda (see the preflight's cuda_stub) is ever loaded.
 """
 
 from __future__ import annotations
@@ -24,8 +27,14 @@ from pathlib import Path
 
 UV_VERSION = "0.13.9"
 PYTHON_VERSION = "3.11"
-# The releases the tier tests: one patched by the collection, one with native Kimi EAGLE-3.
-DEFAULT_VERSIONS = ("0.17.0", "0.18.0")
+# The releases the tier tests: patched by the collection (0.16, 0.17), native Kimi EAGLE-3 (0.18),
+# and the newest, which the example inventory pins.
+DEFAULT_VERSIONS = ("0.16.0", "0.17.0", "0.18.0", "0.33.0")
+# Requirement lines installed beside vllm==<version>; inventories/example pins the same
+# (vllm_install_companions), tests/vllm_full checks that they agree. 0.33.0 alone resolves (uv
+# 0.13.9; pip picks 13.4.4) cuda-python 12.6.2.post1, whose files overwrite cuda-bindings 13.x: Kimi-K2.5 then fails
+# vLLM's model inspection (flashinfer's cutlass DSL misses cuda.bindings.runtime.cudaLibrary_t).
+COMPANIONS = {"0.33.0": ("cuda-python==13.4.4",)}
 
 
 def cache_root() -> Path:
@@ -41,8 +50,15 @@ def env_python(version: str) -> Path:
     return env_dir(version) / "bin" / "python"
 
 
+def requirements(version: str) -> list[str]:
+    return [f"vllm=={version}", *COMPANIONS.get(version, ())]
+
+
 def is_built(version: str) -> bool:
-    return (env_dir(version) / ".complete").is_file() and env_python(version).exists()
+    """Built, and with the requirements asked for now (a companion added means a rebuild)."""
+    complete = env_dir(version) / ".complete"
+    return complete.is_file() and env_python(version).exists() and \
+        complete.read_text().split() == requirements(version)
 
 
 def _log(msg: str) -> None:
@@ -74,14 +90,15 @@ def build(version: str) -> Path:
         env = dict(os.environ, UV_CACHE_DIR=str(cache_root() / "uv"), UV_LINK_MODE="hardlink",
                    UV_PYTHON_DOWNLOADS="never")
         started = time.monotonic()
-        _log(f"building vllm=={version} with all dependencies in {tmp} (several GB)")
+        _log(f"building {' '.join(requirements(version))} with all dependencies in {tmp} "
+             "(several GB)")
         subprocess.run([str(uv), "venv", "-q", "--relocatable", "--python", PYTHON_VERSION,
                         str(tmp)], check=True, env=env)
         subprocess.run([str(uv), "pip", "install", "-q", "--python", str(tmp / "bin" / "python"),
-                        f"vllm=={version}"], check=True, env=env)
+                        *requirements(version)], check=True, env=env)
         subprocess.run([str(tmp / "bin" / "python"), "-c", "import vllm"], check=True,
                        env=dict(env, VLLM_LOGGING_LEVEL="ERROR"))
-        (tmp / ".complete").write_text(f"vllm=={version}\n")
+        (tmp / ".complete").write_text("\n".join(requirements(version)) + "\n")
         final = env_dir(version)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 import vllm_full_env  # noqa: E402  (tests/support is not a package on sys.path)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-PATCHED, NATIVE, OLD = "0.17.0", "0.18.0", "0.16.0"
+PATCHED, NATIVE, OLD, NEWEST = "0.17.0", "0.18.0", "0.16.0", "0.33.0"
 TIMINGS: list[tuple[str, float]] = []
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_preflight as vp
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_server import systemd_env_lines
 
 
 @pytest.mark.parametrize("argv, extra, flag, variable", [
@@ -39,3 +40,25 @@ def test_refusal_message_names_everything() -> None:
     assert text.splitlines()[0].startswith("vLLM 0.17.0 on gpu01 would refuse")
     assert "not touched" in text
     assert "- vllm_server_kv_cache_dtype: no attention backend Fix: set it to auto." in text
+
+
+@pytest.mark.parametrize("value", ["PCI_BUS_ID", "", "a b", 'say "hi"', "back\\slash", "$HOME",
+                                   "`id`", "100%", "x=y", "'single'", "line\nbreak"])
+def test_unit_environment_reads_back_what_the_env_file_holds(value: str) -> None:
+    lines = systemd_env_lines({"VLLM_X": value, "NCCL_DEBUG": "WARN", "UNSET": None})
+    assert vp.unit_environment(lines) == {"NCCL_DEBUG": "WARN", "VLLM_X": value}
+
+
+@pytest.mark.parametrize("lines, found", [
+    (["# managed", "", "A=plain", "B='x y'"], {"A": "plain", "B": "x y"}),
+    (['A="1"', 'A="2"'], {"A": "2"}),  # the last one wins, as in systemd
+])
+def test_unit_environment_forms(lines: list, found: dict) -> None:
+    assert vp.unit_environment(lines) == found
+
+
+@pytest.mark.parametrize("line", ["no equals sign", "1BAD=x", "BAD NAME=x"])
+def test_unit_environment_refuses_a_bad_line_without_echoing_it(line: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        vp.unit_environment(['VLLM_API_KEY="s3cret"', line])
+    assert "line 2" in str(raised.value) and line not in str(raised.value)

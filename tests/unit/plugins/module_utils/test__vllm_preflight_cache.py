@@ -52,6 +52,16 @@ def test_any_change_gives_another_key(changed: tuple) -> None:
     assert vc.cache_key(*changed) != vc.cache_key(*BASE)
 
 
+def test_the_unit_environment_is_keyed_without_secret_values() -> None:
+    env = {"NCCL_DEBUG": "WARN", "VLLM_API_KEY": "s3cret", "HF_TOKEN": "hf_abc"}
+    key = vc.cache_key(*BASE, env)
+    assert key != vc.cache_key(*BASE)
+    assert key != vc.cache_key(*BASE, dict(env, NCCL_DEBUG="INFO"))
+    assert key == vc.cache_key(*BASE, dict(env, VLLM_API_KEY="rotated", HF_TOKEN="hf_new"))
+    assert key != vc.cache_key(*BASE, {"NCCL_DEBUG": "WARN", "HF_TOKEN": "hf_abc"})
+    assert "s3cret" not in json.dumps(vc.keyed_environment(env))
+
+
 def test_extra_flags_order_does_not_matter() -> None:
     assert vc.cache_key(FP, ARGV, ["a", "b"], "12.0", "c") == \
         vc.cache_key(FP, ARGV, ["b", "a"], "12.0", "c")

@@ -146,3 +146,67 @@ def test_runs_as_a_script_with_another_interpreter(tmp_path: Path) -> None:
                    check=True, cwd=tmp_path)
     found = json.loads((tmp_path / "out.json").read_text())
     assert found["python"] == sys.executable and str(tmp_path) in found["checkpoints"]
+
+
+# ---- what vLLM reads from files the command line names (issue 18) --------------------------
+@pytest.mark.parametrize("flag", ["--chat-template", "--config", "--tool-parser-plugin"])
+@pytest.mark.parametrize("inline", [False, True], ids=["separate", "flag=value"])
+def test_a_file_valued_flag_is_read_by_content(tmp_path: Path, flag: str, inline: bool) -> None:
+    named = tmp_path / "named-file"
+    named.write_text("{{ messages }}\n" if flag == "--chat-template" else "x: 1\n")
+    words = [f"{flag}={named}"] if inline else [flag, str(named)]
+    argv = ["/v", "serve", str(tmp_path / "m")] + words
+    before = vk.fingerprint(argv)
+    stamp = named.stat().st_mtime_ns
+    named.write_text(named.read_text().replace("1", "2").replace("messages", "messagez"))
+    os.utime(named, ns=(stamp, stamp))  # same size, same mtime: only the bytes differ
+    assert vk.fingerprint(argv) != before
+
+
+def test_files_named_inside_a_config_file_are_read(tmp_path: Path) -> None:
+    template = tmp_path / "template.jinja"
+    template.write_text("{{ messages }}")
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"# vllm serve --config\nchat-template: '{template}'\nport: 8000\n")
+    argv = ["/v", "serve", str(tmp_path / "m"), "--config", str(config)]
+    before = vk.fingerprint(argv)
+    template.write_text("{{ messages | reverse }}")
+    assert vk.fingerprint(argv) != before
+
+
+@pytest.mark.parametrize("form", ["separate", "flag=value", "nested"])
+def test_the_drafter_of_an_inline_speculative_config_is_read(tmp_path: Path, form: str) -> None:
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    (drafter / "config.json").write_text('{"hidden_size": 7168}')
+    spec = {"method": "eagle3", "model": str(drafter)}
+    if form == "nested":
+        spec = {"method": "eagle3", "draft": {"models": [str(drafter)]}}
+    words = ([f"--speculative-config={json.dumps(spec)}"] if form == "flag=value"
+             else ["--speculative-config", json.dumps(spec)])
+    argv = ["/v", "serve", str(tmp_path / "m")] + words
+    assert str(drafter) in vk.local_dirs(argv)
+    before = vk.fingerprint(argv)
+    (drafter / "config.json").write_text('{"hidden_size": 4096}')
+    assert vk.fingerprint(argv) != before
+
+
+def test_a_large_file_is_keyed_by_its_stat_not_read(tmp_path: Path) -> None:
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"\0" * (vk.READ_LIMIT + 1))
+    first = vk.file_digest(str(gguf))
+    assert first.startswith("stat:")
+    os.replace(_copy(gguf, tmp_path / "new.gguf"), gguf)
+    assert vk.file_digest(str(gguf)) != first  # another inode: python_patch / uv / cp + mv
+
+
+def _copy(source: Path, target: Path) -> Path:
+    target.write_bytes(source.read_bytes())
+    return target
+
+
+def test_checkpoint_digest_reads_the_chat_template_file(tmp_path: Path) -> None:
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
+    before = vk.checkpoint_digest(str(tmp_path))
+    (tmp_path / "chat_template.jinja").write_text("{{ messages | first }}")
+    assert vk.checkpoint_digest(str(tmp_path)) != before

@@ -5,6 +5,7 @@ The checks with the real vLLM (parser, configs, attention backends) are in tests
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -72,10 +73,12 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
              "argv": ["/opt/ml-env/bin/vllm", "serve", str(tmp_path / "model"), "--port", "8000"]}
     real = vllm_serve_preflight.run_probe
 
-    def run_probe(python: str, request: dict, timeout: int, source: str = "") -> dict:
+    def run_probe(python: str, request: dict, timeout: int, source: str = "",
+                  env: dict | None = None) -> dict:
         if source == vllm_serve_preflight.KEY:
-            return real(python, request, timeout, source)
+            return real(python, request, timeout, source, *([env] if env is not None else []))
         state["judged"] += 1
+        state["env"] = env
         return dict(state["verdict"], seconds=14.0)
 
     monkeypatch.setattr(vllm_serve_preflight, "run_probe", run_probe)
@@ -99,9 +102,24 @@ def test_an_unchanged_rerun_returns_the_stored_verdict(node: dict,
     assert second["cache_key"] == first["cache_key"] and "cached verdict from" in second["cache"]
 
 
-@pytest.mark.parametrize("change", ["flag", "extra_flags", "capability", "config", "vllm file"])
+UNIT_ENV = ['CUDA_DEVICE_ORDER="PCI_BUS_ID"', 'VLLM_API_KEY="s3cret-api-key"', 'NCCL_DEBUG="WARN"']
+
+
+@pytest.mark.parametrize("change", ["flag", "extra_flags", "capability", "config", "vllm file",
+                                    "chat template", "inline drafter", "unit env"])
 def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
-    first = _run(node, monkeypatch)
+    first_args: dict = {}
+    template, drafter = node["tmp"] / "template.jinja", node["tmp"] / "drafter"
+    if change == "chat template":
+        template.write_text("{{ messages }}")
+        node["argv"] += ["--chat-template", str(template)]
+    elif change == "inline drafter":
+        drafter.mkdir()
+        (drafter / "config.json").write_text('{"hidden_size": 7168}')
+        node["argv"] += [f'--speculative-config={{"method": "eagle3", "model": "{drafter}"}}']
+    elif change == "unit env":
+        first_args["unit_environment"] = UNIT_ENV
+    first = _run(node, monkeypatch, **first_args)
     over: dict = {}
     if change == "flag":
         over["argv"] = node["argv"][:-1] + ["8001"]
@@ -111,6 +129,12 @@ def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, ch
         over["compute_capability"] = "10.0"
     elif change == "config":
         (node["tmp"] / "model" / "config.json").write_text('{"model_type": "kimi_k2"}')
+    elif change == "chat template":
+        template.write_text("{{ messages | first }}")
+    elif change == "inline drafter":
+        (drafter / "config.json").write_text('{"hidden_size": 4096}')
+    elif change == "unit env":
+        over["unit_environment"] = UNIT_ENV[:2] + ['NCCL_DEBUG="INFO"']
     else:
         new = node["tmp"] / "site" / "vllm" / "patched.tmp"
         new.write_text("# patched\n")
@@ -118,6 +142,41 @@ def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, ch
     again = _run(node, monkeypatch, **over)
     assert again["cached"] is False and node["judged"] == 2
     assert again["cache_key"] != first["cache_key"]
+
+
+def test_the_probe_runs_with_the_unit_environment(node: dict,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _run(node, monkeypatch, unit_environment=UNIT_ENV + ['HF_HOME="/srv/hf \\"x\\""'])
+    assert node["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "VLLM_API_KEY": "s3cret-api-key",
+                           "NCCL_DEBUG": "WARN", "HF_HOME": '/srv/hf "x"'}
+    assert "s3cret-api-key" not in json.dumps(result)
+    entry = Path(result["cache"].removeprefix("stored in ")).read_text()
+    assert "s3cret-api-key" not in entry
+
+
+def test_a_secret_value_never_enters_the_key(node: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _run(node, monkeypatch, unit_environment=UNIT_ENV)
+    rotated = _run(node, monkeypatch, unit_environment=[
+        line.replace("s3cret-api-key", "rotated-key") for line in UNIT_ENV])
+    assert rotated["cached"] is True and rotated["cache_key"] == first["cache_key"]
+    dropped = _run(node, monkeypatch, unit_environment=UNIT_ENV[:1] + UNIT_ENV[2:])
+    assert dropped["cached"] is False  # whether a secret is set is in the key, its value never
+
+
+def test_unit_environment_is_no_log() -> None:
+    source = Path(vllm_serve_preflight.__file__).read_text()
+    assert '"unit_environment": {"type": "list", "elements": "str", "default": [],\n' \
+           '                                 "no_log": True}' in source
+
+
+def test_run_probe_hands_the_environment_to_the_script_not_its_argv(tmp_path: Path) -> None:
+    script = ("import json, os, sys\n"
+              "request = json.load(open(sys.argv[1]))\n"
+              "json.dump({'argv': sys.argv, 'env': dict(os.environ)}, open(request['result_path'], 'w'))\n")
+    found = vllm_serve_preflight.run_probe(sys.executable, {"argv": []}, 30, script,
+                                           {"VLLM_API_KEY": "s3cret", "VLLM_X": "1"})
+    assert found["env"]["VLLM_API_KEY"] == "s3cret" and found["env"]["VLLM_X"] == "1"
+    assert "s3cret" not in json.dumps(found["argv"])
 
 
 def test_a_refusal_is_never_stored(node: dict, monkeypatch: pytest.MonkeyPatch) -> None:
