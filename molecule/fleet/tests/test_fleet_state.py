@@ -1,6 +1,6 @@
 """The fleet's end state after its life (molecule/fleet verify), read with pytest-testinfra.
 
-Run by life/10_end_state.yml as
+Run by life/11_end_state.yml as
     pytest molecule/fleet/tests --hosts=podman://gpuserve-fleet-node1,...,podman://gpuserve-fleet-router
 Each node serves from the env its link names, as the service user, with no journal left and the
 state files root's alone; the router runs as its own user, unchanged by the fleet's growth, with
@@ -70,7 +70,7 @@ def test_the_router_runs_unprivileged_with_every_node(router):
     pid = router.check_output("systemctl show vllm-router.service -p MainPID --value")
     assert router.check_output(f"ps -o user= -p {pid}").strip() == "vllm-router"
     workers_env = router.file("/etc/vllm-router/workers.env").content_string
-    nodes = [f"http://gpuserve-fleet-node{i}:8000" for i in range(1, 5)]
+    nodes = [f"http://gpuserve-fleet-node{i}:8000" for i in range(1, 4)]
     assert all(url in workers_env for url in nodes)
     assert "gpuserve-fleet-node" not in router.file("/etc/systemd/system/vllm-router.service").content_string
     live = json.loads(router.check_output(
