@@ -12,7 +12,8 @@ fleet's life, in order:
    and n3 from n1);
 2. the same run again changes nothing and hashes nothing (stat cache);
 3. a truncated shard on n1 is found by its safetensors header alone (vllm_weights_check
-   headers=true, no hashing), a flipped byte on n2 is not (same size);
+   headers=true, no hashing), a flipped byte on n2 is not (same size); --check then names what
+   n1 and n2 would fetch and changes nothing;
 4. the next run sends n1 only the missing tail of that shard and n2 only the shard with the
    flipped byte (found by its sha256), while n3, whose copy was removed, gets the whole
    checkpoint - until its rsync is killed (SIGKILL) half-way;
@@ -182,6 +183,18 @@ def test_truncated_shard_is_found_by_its_header(fleet: dict[str, t.Any]) -> None
     assert found["n1"] == [f"/srv/models/{TARGET}/{SHARD3}: truncated: its header says {size_of(fleet, SHARD3)} "
                            f"bytes, the file has {size_of(fleet, SHARD3) // 2} "
                            f"({size_of(fleet, SHARD3) - size_of(fleet, SHARD3) // 2} missing)"]
+
+
+def test_check_mode_says_what_it_would_fetch_and_changes_nothing(fleet: dict[str, t.Any]) -> None:
+    run = play(fleet, "stage.yml", "--check")
+    assert run.rc == 0, run.explain()
+    would = {n: [a for s in run.syncs(n) for a in s["actions"]] for n in NAMES}
+    print(f"[weights] --check: {would}")
+    assert [n for n in NAMES if would[n]] == ["n1", "n2"]
+    assert all(actions[0].startswith("fetch ") for actions in (would["n1"], would["n2"]))
+    assert sums(fleet, "n2")[SHARD2] != fleet["files"][SHARD2]
+    assert fleet["fleet"].exec(host("n1"), f"stat -c %s /srv/models/{TARGET}/{SHARD3}").stdout.strip() == \
+        str(size_of(fleet, SHARD3) // 2)
 
 
 def test_broken_copies_repaired_alone_and_a_transfer_killed_halfway(fleet: dict[str, t.Any]) -> None:
