@@ -25,24 +25,23 @@ def plan_round(hosts: t.Sequence[str], holders: t.Collection[str], staging: str,
     """Next round's copies, destination -> source host (ORIGIN: fetch from the origin).
 
     Destinations and sources are taken in ``hosts`` order (the inventory's), so every host
-    computes the same plan.
+    computes the same plan. A staging host outside ``hosts`` (left out with --limit) fetches
+    nothing: the hosts can only copy from each other.
     """
     if mode not in ("tree", "star"):
         raise ValueError(f"fan-out mode {mode!r} is not tree or star")
     if per_source < 1:
         raise ValueError(f"per_source is {per_source}, must be at least 1")
-    if staging not in hosts:
-        raise ValueError(f"the staging host {staging!r} is not among the hosts {list(hosts)}")
     held = [h for h in hosts if h in holders]
     needing = [h for h in hosts if h not in holders]
     if not needing:
         return {}
     if not held:
-        return {staging: ORIGIN}
+        return {staging: ORIGIN} if staging in hosts else {}
     if mode == "star":
-        if staging not in held:
+        if staging in needing:
             return {staging: held[0]}
-        sources, per_source = [staging], len(needing)
+        sources, per_source = [staging if staging in held else held[0]], len(needing)
     else:
         sources = held
     slots = sources * per_source

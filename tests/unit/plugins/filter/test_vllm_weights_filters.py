@@ -18,8 +18,8 @@ def test_round_from_per_host_flags() -> None:
     assert plan(HOSTS, [True, False, False, False], "stage", "star", "1") == {"n1": "stage", "n2": "stage", "n3": "stage"}
     with pytest.raises(AnsibleFilterError, match="4 hosts but 3 held flags"):
         plan(HOSTS, [True, False, False], "stage")
-    with pytest.raises(AnsibleFilterError, match="staging host 'bastion' is not among the hosts"):
-        plan(HOSTS, [True] * 4, "bastion")
+    with pytest.raises(AnsibleFilterError, match="fan-out mode 'ring' is not tree or star"):
+        plan(HOSTS, [True] * 4, "stage", "ring")
 
 
 def test_round_count_has_a_spare_round() -> None:
