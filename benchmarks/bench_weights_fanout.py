@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,7 +63,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the containers running")
     args = parser.parse_args()
     names = ["stage"] + [f"n{i}" for i in range(1, args.nodes + 1)]
-    fleet = wf.Fleet("gpuserve-weights-bench", names)
+    work = Path(tempfile.mkdtemp(prefix="gpuserve-weights-bench-"))
+    fleet = wf.Fleet("gpuserve-weights-bench", names, work)
     size = int(args.gib * 2**30)
     try:
         fleet.create({n: ["--cap-add", "NET_ADMIN"] for n in names})
@@ -76,7 +79,7 @@ def main() -> None:
         fleet.exec(stage, f"python3 /tmp/tiny_checkpoint.py /srv/mirror/bench --shards {args.shards} "
                           f"--shard-bytes {size // args.shards} --seed -1 && chmod -R a+rX /srv/mirror", timeout=1800)
         print(f"checkpoint of {args.gib} GiB in {args.shards} shards written in {time.monotonic() - started:.0f} s")
-        inventory = fleet.inventory(Path("/tmp") / "gpuserve-weights-bench.json", group_vars={
+        inventory = fleet.inventory(work / "inventory.json", group_vars={
             "vllm_weights_checkpoints": [{"name": "bench", "repo": "gpuserve-bench/model", "revision": COMMIT,
                                           "source": "mirror", "mirror_dir": "/srv/mirror/bench"}],
             "vllm_weights_staging_host": stage, "vllm_weights_reserve_bytes": 0, "vllm_weights_workers": 2})
@@ -90,6 +93,7 @@ def main() -> None:
     finally:
         if not args.keep:
             fleet.destroy()
+            shutil.rmtree(work)
     one = size / rate_bytes(args.rate)
     rounds = math.ceil(math.log2(args.nodes + 1))
     print(f"\n{args.gib} GiB to {args.nodes} nodes, every uplink {args.rate} (one copy = {one:.0f} s at line rate):")
