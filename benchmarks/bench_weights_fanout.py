@@ -19,6 +19,7 @@ Run after `source tests/env.sh`, as root (podman), on a machine with the test im
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import shutil
@@ -44,14 +45,23 @@ def rate_bytes(rate: str) -> float:
     raise SystemExit(f"--rate {rate}: use kbit, mbit or gbit (tc's units)")
 
 
-def play(inventory: Path, *extra: str) -> float:
+def play(inventory: Path, *extra: str) -> tuple[float, float]:
+    """(wall seconds of the run, seconds spent in its staging tasks: the rounds' transfers+verification)."""
     started = time.monotonic()
     proc = subprocess.run(wf.playbook_argv(inventory, PLAYBOOK, *extra), capture_output=True, text=True,
                           env=wf.ansible_env(), timeout=3600, check=False)
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         raise SystemExit(f"playbook failed ({' '.join(extra)}): {proc.stdout[-3000:]}{proc.stderr[-2000:]}")
-    return seconds
+    staging = 0.0
+    for played in json.loads(proc.stdout[proc.stdout.index("{"):])["plays"]:
+        for task in played["tasks"]:
+            ran = [r for r in task["hosts"].values() if not r.get("skipped")]
+            if task["task"]["name"].split(" : ")[-1].startswith("Stage - ") and ran:
+                span = task["task"]["duration"]
+                staging += (datetime.datetime.fromisoformat(span["end"].replace("Z", "+00:00"))
+                            - datetime.datetime.fromisoformat(span["start"].replace("Z", "+00:00"))).total_seconds()
+    return seconds, staging
 
 
 def main() -> None:
@@ -83,13 +93,13 @@ def main() -> None:
             "vllm_weights_checkpoints": [{"name": "bench", "repo": "gpuserve-bench/model", "revision": COMMIT,
                                           "source": "mirror", "mirror_dir": "/srv/mirror/bench"}],
             "vllm_weights_staging_host": stage, "vllm_weights_reserve_bytes": 0, "vllm_weights_workers": 2})
-        warm = play(inventory, "--limit", stage)
+        warm, _ = play(inventory, "--limit", stage)
         print(f"staging host: manifest (hashing the mirror) and its own copy in {warm:.0f} s (not counted)")
         star = play(inventory, "-e", "vllm_weights_fanout=star")
         for host in fleet.hosts[1:]:
             fleet.exec(host, "rm -rf /srv/models/bench /srv/models/.gpuserve-weights/bench /var/lib/gpuserve/weights/bench/*.verified.json")
         tree = play(inventory)
-        noop = play(inventory)
+        noop, _ = play(inventory)
     finally:
         if not args.keep:
             fleet.destroy()
@@ -97,10 +107,12 @@ def main() -> None:
     one = size / rate_bytes(args.rate)
     rounds = math.ceil(math.log2(args.nodes + 1))
     print(f"\n{args.gib} GiB to {args.nodes} nodes, every uplink {args.rate} (one copy = {one:.0f} s at line rate):")
-    print(f"  star (N copies from the staging host): {star:6.0f} s   ideal {args.nodes * one:6.0f} s")
-    print(f"  tree (vllm_weights, {rounds} rounds):       {tree:6.0f} s   ideal {rounds * one:6.0f} s")
+    print("  (whole run; in brackets the staging tasks alone: transfers and verification, no Ansible between rounds)")
+    print(f"  star (N copies from the staging host): {star[0]:6.0f} s [{star[1]:6.0f} s]   ideal {args.nodes * one:6.0f} s")
+    print(f"  tree (vllm_weights, {rounds} rounds):       {tree[0]:6.0f} s [{tree[1]:6.0f} s]   ideal {rounds * one:6.0f} s")
     print(f"  nothing to copy (Ansible + stat checks): {noop:6.0f} s")
-    print(f"  tree / star: {tree / star:.2f} (ideal {rounds / args.nodes:.2f})")
+    print(f"  tree / star: {tree[0] / star[0]:.2f} whole runs, {tree[1] / star[1]:.2f} staging tasks "
+          f"(ideal {rounds / args.nodes:.2f})")
     print("\nProjection, 595 GB to 16 nodes (tree: 5 rounds; star: 16 copies through one uplink), transfer only:")
     for gbit in (10, 25, 100):
         per_copy = 595e9 / (gbit * 1e9 / 8)
@@ -108,8 +120,10 @@ def main() -> None:
               f"tree {5 * per_copy / 3600:5.2f} h")
     print("  plus on every node one full sha256 pass (in parallel on all nodes): 595 GB at the node's "
           "read rate, e.g. ~2.5 min at 4 GB/s (4 hashing workers)")
-    print(json.dumps({"gib": args.gib, "nodes": args.nodes, "rate": args.rate, "star_s": round(star, 1),
-                      "tree_s": round(tree, 1), "noop_s": round(noop, 1), "one_copy_s": round(one, 1)}))
+    print(json.dumps({"gib": args.gib, "nodes": args.nodes, "rate": args.rate, "star_s": round(star[0], 1),
+                      "star_staging_s": round(star[1], 1), "tree_s": round(tree[0], 1),
+                      "tree_staging_s": round(tree[1], 1), "noop_s": round(noop, 1), "one_copy_s": round(one, 1),
+                      "load_average": open("/proc/loadavg").read().split()[:3]}))
 
 
 if __name__ == "__main__":
