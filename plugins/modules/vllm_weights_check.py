@@ -28,6 +28,16 @@ options:
     type: list
     elements: path
     required: true
+  headers:
+    description:
+      - Also read every shard's safetensors header and require the exact size it gives
+        (C(8 + header length + end of the last tensor)). A truncated but non-empty shard is then
+        found in milliseconds, without hashing.
+      - Off by default so that directories of placeholder files (test doubles) still pass;
+        gpuserve.vllm.vllm_weights checks headers on every node it stages.
+    type: bool
+    default: false
+    version_added: 0.2.0
   fail_on_problems:
     description:
       - Fail when a directory is incomplete. With V(false) the problems are only returned, e.g.
@@ -35,8 +45,11 @@ options:
     type: bool
     default: true
 notes:
-  - Does not read the shards' contents; a truncated but non-empty shard is caught by vLLM.
+  - Does not hash the shards. With O(headers=true) a truncated shard is caught by its header; a
+    shard of the right size with wrong bytes is caught only by gpuserve.vllm.vllm_weights_verify
+    (sha256 against the manifest).
 seealso:
+  - module: gpuserve.vllm.vllm_weights_verify
   - module: gpuserve.vllm.vllm_health_wait
 """
 
@@ -46,6 +59,11 @@ EXAMPLES = r"""
     paths:
       - /srv/models/Kimi-K2.5
       - /srv/models/Kimi-K2.5-eagle3
+
+- name: Also catch a truncated shard by its safetensors header (seconds, no hashing)
+  gpuserve.vllm.vllm_weights_check:
+    paths: [/srv/models/Kimi-K2.5]
+    headers: true
 
 - name: See whether a download is needed
   gpuserve.vllm.vllm_weights_check:
@@ -65,7 +83,9 @@ problems:
   returned: always
   type: list
   elements: str
-  sample: ["/srv/models/Kimi-K2.5/model-00061-of-00064.safetensors: missing (named by model.safetensors.index.json)"]
+  sample:
+    - "/srv/models/Kimi-K2.5/model-00061-of-00064.safetensors: missing (named by model.safetensors.index.json)"
+    - "/srv/models/Kimi-K2.5/model-00002-of-00064.safetensors: truncated: its header says 9663676416 bytes, the file has 4831838208 (4831838208 missing)"
 directories:
   description: Per directory, its path, the shards checked and its problems.
   returned: always
@@ -84,11 +104,12 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "paths": {"type": "list", "elements": "path", "required": True},
+            "headers": {"type": "bool", "default": False},
             "fail_on_problems": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
-    directories = [check_weights_dir(path) for path in module.params["paths"]]
+    directories = [check_weights_dir(path, module.params["headers"]) for path in module.params["paths"]]
     problems = [problem for d in directories for problem in d["problems"]]
     result = {"changed": False, "complete": not problems, "problems": problems,
               "directories": directories}
@@ -97,7 +118,8 @@ def main() -> None:
         more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""
         module.fail_json(
             msg=(f"{len(problems)} problem(s) in the model weights; vLLM would fail on them after "
-                 f"loading for a long time. Complete the download, then re-run: "
+                 f"loading for a long time. Complete the download (gpuserve.vllm.vllm_weights "
+                 f"re-fetches only the broken files), then re-run: "
                  + "; ".join(shown) + more),
             **result,
         )

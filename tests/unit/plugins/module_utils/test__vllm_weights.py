@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_weights as vw
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "support"))
+import tiny_checkpoint as tc  # noqa: E402
 
 
 INDEX = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors",
@@ -40,3 +44,14 @@ def test_check_weights_dir(tmp_path: Path, files: dict[str, str], expected: list
 def test_check_weights_dir_missing_directory(tmp_path: Path) -> None:
     assert vw.check_weights_dir(str(tmp_path / "nope"))["problems"] == [
         f"{tmp_path / 'nope'}: directory does not exist"]
+
+
+def test_headers_find_a_truncated_shard(tmp_path: Path) -> None:
+    tc.make_checkpoint(tmp_path, shards=2, shard_bytes=4096)
+    shard = tmp_path / "model-00002-of-00002.safetensors"
+    full = shard.stat().st_size
+    assert vw.check_weights_dir(str(tmp_path), headers=True)["problems"] == []
+    shard.write_bytes(shard.read_bytes()[:1000])
+    assert vw.check_weights_dir(str(tmp_path))["problems"] == []  # non-empty: the old check passes it
+    assert vw.check_weights_dir(str(tmp_path), headers=True)["problems"] == [
+        f"{shard}: truncated: its header says {full} bytes, the file has 1000 ({full - 1000} missing)"]

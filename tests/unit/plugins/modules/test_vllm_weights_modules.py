@@ -1,0 +1,141 @@
+"""vllm_weights_manifest, vllm_weights_verify and vllm_weights_sync, run through their main().
+
+The files are real (tests/support/tiny_checkpoint.py); the Hub is the TEST DOUBLE
+tests/doubles/fake_hub.py; transfers from a mirror use the real rsync.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gpuserve.vllm.plugins.modules import (
+    vllm_weights_check,
+    vllm_weights_manifest,
+    vllm_weights_sync,
+    vllm_weights_verify,
+)
+
+from module_runner import run_module_main
+
+TESTS = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(TESTS / "support"))
+sys.path.insert(0, str(TESTS / "doubles"))
+import tiny_checkpoint as tc  # noqa: E402
+from fake_hub import FakeHub  # noqa: E402  (TEST DOUBLE)
+
+REPO, COMMIT = "gpuserve-test/tiny-model", "0123456789abcdef0123456789abcdef01234567"
+ME = __import__("pwd").getpwuid(os.getuid()).pw_name
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Path:
+    tc.make_checkpoint(tmp_path / "mirror", shards=3, shard_bytes=32 << 10)
+    return tmp_path / "mirror"
+
+
+@pytest.fixture
+def fake(mirror: Path):
+    double = FakeHub(REPO, COMMIT, mirror, tc.hub_tree(mirror))
+    yield double
+    double.close()
+
+
+def manifest_args(tmp_path: Path, **kw) -> dict:
+    return {"repo": REPO, "revision": COMMIT, "dest_dir": str(tmp_path / "state" / "tiny"), **kw}
+
+
+def test_manifest_from_the_hub_then_reused(tmp_path: Path, fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = manifest_args(tmp_path, revision="main", endpoint=fake.endpoint, token="hf_x")
+    first = run_module_main(vllm_weights_manifest, args, monkeypatch)
+    assert first["changed"] and first["commit"] == COMMIT and first["resolved_from"] == "main"
+    assert first["file_count"] == 5 and Path(first["path"]).read_text() == first["manifest_text"]
+    requests = len(fake.requests)
+    again = run_module_main(vllm_weights_manifest, args, monkeypatch)
+    assert not again["changed"] and again["manifest_text"] == first["manifest_text"]
+    assert len(fake.requests) == requests + 1  # only the branch was resolved again, no tree listing
+
+
+def test_manifest_in_check_mode_writes_nothing(tmp_path: Path, fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, endpoint=fake.endpoint,
+                                                                   _ansible_check_mode=True), monkeypatch)
+    assert result["changed"] and not Path(result["path"]).exists()
+
+
+def test_manifest_of_a_mirror_needs_a_commit(tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, revision="main", source="mirror",
+                                                                 mirror_dir=str(mirror)), monkeypatch)
+    assert bad["failed"] and "'main' is not a 40-hex commit" in bad["msg"]
+    good = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror)),
+                           monkeypatch)
+    assert good["changed"] and good["manifest"]["source"] == "mirror"
+
+
+def test_manifest_from_a_saved_listing(tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    saved = tmp_path / "tree.json"
+    saved.write_text(json.dumps(tc.hub_tree(mirror)))
+    result = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror),
+                                                                   hub_tree_file=str(saved), exclude=["*.json"]),
+                             monkeypatch)
+    assert result["manifest"]["source"] == "hub" and result["file_count"] == 3
+    saved.write_text("[{")
+    shutil.rmtree(tmp_path / "state")
+    bad = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror),
+                                                                hub_tree_file=str(saved)), monkeypatch)
+    assert bad["failed"] and bad["msg"].startswith(f"hub_tree_file: {saved} is not JSON")
+
+
+def test_sync_verify_and_check_end_to_end(tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if shutil.which("rsync") is None:
+        pytest.fail("needs rsync (bash tests/containers/setup-host.sh installs it)")
+    made = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror)),
+                           monkeypatch)
+    common = {"name": "tiny", "root": str(tmp_path / "srv"), "manifest": made["path"]}
+    before = run_module_main(vllm_weights_verify, common, monkeypatch)
+    assert not before["holder"] and before["needed_bytes"] == made["total_bytes"] and before["where"] == ""
+    assert before["problems"] == [f"{tmp_path / 'srv' / 'tiny'}: no copy of {REPO}@{COMMIT} on this host"]
+
+    synced = run_module_main(vllm_weights_sync, dict(common, owner=ME, source="mirror", mirror_dir=str(mirror)),
+                             monkeypatch)
+    assert synced["changed"] and synced["switched"] and synced["bytes_fetched"] == made["total_bytes"]
+    assert synced["link"] == str(tmp_path / "srv" / "tiny") and os.path.realpath(synced["link"]) == synced["path"]
+    assert "fetched 5 file(s)" in synced["msg"]
+
+    after = run_module_main(vllm_weights_verify, common, monkeypatch)
+    assert after["holder"] and after["current"] and after["verify"]["hashed_files"] == 0
+    again = run_module_main(vllm_weights_sync, dict(common, owner=ME, source="mirror", mirror_dir=str(mirror)),
+                            monkeypatch)
+    assert not again["changed"] and again["msg"].endswith("verified, nothing to do")
+
+    shard = Path(synced["path"]) / "model-00001-of-00003.safetensors"
+    os.truncate(shard, 5000)
+    checked = run_module_main(vllm_weights_check, {"paths": [synced["link"]], "headers": True}, monkeypatch)
+    assert checked["failed"] and "truncated: its header says" in checked["msg"]
+    assert run_module_main(vllm_weights_check, {"paths": [synced["link"]]}, monkeypatch)["complete"]
+    failing = run_module_main(vllm_weights_verify, dict(common, fail_on_problems=True), monkeypatch)
+    assert failing["failed"] and "short: 5000 of" in failing["msg"]
+
+
+def test_verify_refuses_what_does_not_fit(tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror)),
+                           monkeypatch)
+    args = {"name": "tiny", "root": str(tmp_path / "srv"), "manifest": made["path"], "reserve_bytes": 2**45}
+    result = run_module_main(vllm_weights_verify, args, monkeypatch)
+    assert result["failed"] and result["msg"] == result["space_problem"]
+    assert "not enough disk space" in result["msg"] and "plus 32.0 TiB (35184372088832 bytes) kept free" in result["msg"]
+    report = run_module_main(vllm_weights_verify, dict(args, fail_on_space=False), monkeypatch)
+    assert not report["failed"] and report["space_problem"]
+
+
+def test_sync_names_a_missing_owner(tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror)),
+                           monkeypatch)
+    result = run_module_main(vllm_weights_sync, {"name": "tiny", "root": str(tmp_path / "srv"), "manifest": made["path"],
+                                                 "owner": "no-such-user-x", "source": "mirror",
+                                                 "mirror_dir": str(mirror)}, monkeypatch)
+    assert result["failed"] and result["msg"] == "owner 'no-such-user-x' is not a user on this host"
