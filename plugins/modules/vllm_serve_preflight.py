@@ -176,6 +176,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import (
+    _pyenv,
     _vllm_preflight_cache as cache,
     _vllm_preflight_key,
     _vllm_preflight_probe,
@@ -197,11 +198,12 @@ def run_probe(python: str, request: dict, timeout: int, source: str = PROBE) -> 
         request_path = os.path.join(tmp, "request.json")
         with open(request_path, "w", encoding="utf-8") as handle:
             json.dump(request, handle)
-        env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
+        argv, changes = _pyenv.isolated_call(python, ["-", request_path],
+                                             {"VLLM_LOGGING_LEVEL": "ERROR"})
         started = time.monotonic()
         try:
-            proc = subprocess.run([python, "-", request_path], input=source.encode("utf-8"),
-                                  env=env, cwd=tmp,
+            proc = subprocess.run(argv, input=source.encode("utf-8"),
+                                  env=dict(os.environ, **changes), cwd=tmp,
                                   capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return {"crashed": True, "error": f"the probe took longer than {timeout} s"}
@@ -261,6 +263,9 @@ def main() -> None:
     if not os.access(params["python"], os.X_OK):
         module.fail_json(msg=f"python={params['python']} is not an executable interpreter: point "
                              "it at the ml-env's bin/python (ml_env_dir)")
+    problem = _pyenv.untrusted_interpreter(params["python"])
+    if problem:
+        module.fail_json(msg=problem)
     argv = params["argv"]
     started = time.monotonic()
     key, before, note = "", None, ""

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import typing as t
+import venv
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,15 @@ EDITS = [{"id": "x2", "replace": {"old": "X = 1", "new": "X = 2"}}]
 
 
 class Node:
-    """A package of files and a state_dir; run() calls the module's main() with files=..."""
+    """A package of files in a venv's site-packages (import_check runs its python with -I, so
+    nothing on PYTHONPATH would be found) and a state_dir; run() calls main() with files=..."""
 
     def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch, count: int = 2) -> None:
         self.root = root
         self.monkeypatch = monkeypatch
-        self.pkg = root / "pkg"
+        venv.create(root / "env", symlinks=True)
+        self.python = str(root / "env" / "bin" / "python")
+        self.pkg = Path(glob.glob(str(root / "env" / "lib" / "python*" / "site-packages"))[0]) / "pkg"
         self.pkg.mkdir()
         (self.pkg / "__init__.py").write_text("")
         self.paths = []
@@ -50,6 +54,7 @@ class Node:
     def run(self, edits: t.List[t.Dict[str, t.Any]] | None = None, **args: t.Any) -> t.Dict[str, t.Any]:
         args.setdefault("files", [{"path": str(p), "edits": edits or EDITS} for p in self.paths])
         args.setdefault("state_dir", str(self.state))
+        args.setdefault("python", self.python)
         # Collected at AnsibleModule.warn: Ansible's global warning list is not reliable here, as
         # other in-process tests (filters, display) can route warnings to stderr instead.
         warnings: t.List[str] = []
@@ -67,7 +72,6 @@ class Node:
 
 @pytest.fixture(name="node")
 def fixture_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     return Node(tmp_path, monkeypatch)
 
 
