@@ -188,8 +188,10 @@ def _entry_problem(path: str, info: os.stat_result, trusted: t.Collection[int],
     return ""
 
 
-def _path_problem(path: str, trusted: t.Collection[int]) -> str:
-    """The first folder from / down to path, or path itself, that another user could change."""
+def path_problem(path: str, trusted: t.Collection[int] | None = None) -> str:
+    """The first folder from / down to path, or path itself, that another user (not root, not
+    this process's user, unless trusted says who) could change; '' when there is none."""
+    trusted = {0, os.geteuid()} if trusted is None else trusted
     names = [name for name in os.path.abspath(path).split(os.sep) if name]
     chain = [os.sep] + [os.sep + os.sep.join(names[:end]) for end in range(1, len(names) + 1)]
     for index, current in enumerate(chain):
@@ -227,7 +229,7 @@ def untrusted_interpreter(python: str, trusted: t.Collection[int] | None = None)
             chains.append(site)
             with os.scandir(site) as found:
                 entries += sorted(entry.path for entry in found)
-    problem = next(filter(None, (_path_problem(path, trusted) for path in chains)), "")
+    problem = next(filter(None, (path_problem(path, trusted) for path in chains)), "")
     for entry in entries if not problem else ():
         try:
             problem = _entry_problem(entry, os.lstat(entry), trusted, ancestor=False)
