@@ -18,7 +18,7 @@ description:
     removes group and world write, and removes set-user-ID and set-group-ID bits from files.
   - A folder is fixed before its entries are read, so that nobody else can swap an entry while
     the walk goes on. Symbolic links are given to root and never followed (a link given as one of
-    O(paths) is, and its target walked). Nothing is removed: what another user already wrote
+    O(paths) is, and its target walked). Nothing is removed, so what another user already wrote
     into an environment stays (rebuild the environment to be rid of it).
   - An environment that is already root's is only read, so a second run reports no change.
 options:
