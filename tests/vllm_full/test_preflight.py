@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 import time
+import typing as t
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, NATIVE, OLD, PATCHED, REPO, env_python, playbook, timed
+from conftest import (FIXTURES, NATIVE, OLD, PATCHED, REPO, env_python, overlay_python, playbook,
+                      timed)
 
 ROLE = REPO / "roles" / "vllm_server"
 EXAMPLE = REPO / "inventories" / "example" / "group_vars" / "gpu_nodes" / "main.yml"
@@ -81,13 +83,14 @@ def argvs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
 def _preflight(name: str, argv: list[str], version: str, patched: bool,
                overlay: Path | None, work: Path) -> dict:
     python = env_python(version)
-    env = {"PYTHONPATH": str(overlay)} if patched else {}
+    if patched:
+        python = overlay_python(python, t.cast(Path, overlay))
     start = time.monotonic()
     result = playbook([{
         "hosts": "localhost", "gather_facts": False,
         "tasks": [{"name": name, "gpuserve.vllm.vllm_serve_preflight": {
             "python": str(python), "argv": argv, "compute_capability": "12.0",
-            "fail_on_problems": False}, "environment": env}],
+            "fail_on_problems": False}}],
     }], work)[0]
     timed(f"preflight: {name} (probe {result.get('seconds', '?')} s)", start)
     return result
