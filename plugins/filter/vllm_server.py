@@ -13,6 +13,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _unit_hardening
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_net import bare_host, is_loopback
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_ranges import range_problems
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_server import (
@@ -49,6 +50,24 @@ def vllm_speculative_config(model: str | None, method: str | None, num_speculati
     return speculative_config(method, model, num_speculative_tokens, draft_tensor_parallel_size, extra)
 
 
+def systemd_unit_directives(base: t.Sequence[t.Mapping[str, t.Any]], extra: t.Mapping[str, t.Any],
+                            variable: str, gpu: bool = True) -> list[str]:
+    """base | systemd_unit_directives(extra, variable, gpu) -> the unit's lines (refusals raise)."""
+    try:
+        return _unit_hardening.unit_lines(base, extra, variable, gpu)
+    except _unit_hardening.DirectiveError as exc:
+        raise AnsibleFilterError(f"systemd_unit_directives: {exc}") from exc
+
+
+def systemd_unit_properties(base: t.Sequence[t.Mapping[str, t.Any]], extra: t.Mapping[str, t.Any],
+                            variable: str, gpu: bool = True) -> dict[str, t.Any]:
+    """base | systemd_unit_properties(extra, variable, gpu) -> systemd-run properties."""
+    try:
+        return _unit_hardening.properties(base, extra, variable, gpu)
+    except _unit_hardening.DirectiveError as exc:
+        raise AnsibleFilterError(f"systemd_unit_properties: {exc}") from exc
+
+
 class FilterModule:
     """gpuserve.vllm filters for rendering vLLM's systemd unit."""
 
@@ -61,4 +80,6 @@ class FilterModule:
             "vllm_is_loopback": is_loopback,
             "vllm_bare_host": bare_host,
             "vllm_server_range_problems": range_problems,
+            "systemd_unit_directives": systemd_unit_directives,
+            "systemd_unit_properties": systemd_unit_properties,
         }

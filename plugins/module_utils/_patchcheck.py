@@ -16,6 +16,7 @@ import tempfile
 import typing as t
 
 from . import _patchtxn as px
+from . import _pyenv
 from ._patchplan import FileJob, PatchFailed
 from ._pyedit import STATUS_APPLIED, STATUS_REVERTED, SourceSyntaxError
 
@@ -83,8 +84,18 @@ class Checks:
                               "not an executable file; set python to the environment's "
                               "interpreter; nothing was written" % self.python)
 
-    def _run(self, what: str, argv: t.List[str], data: bytes | None = None) -> t.Tuple[int, str, str]:
+    def _python_call(self, args: t.List[str]) -> t.Tuple[t.List[str], t.Dict[str, str]]:
+        """The checks' interpreter call (-I, a clean environment); refused when the interpreter's
+        files are not root's alone."""
+        try:
+            return _pyenv.isolated_call(self.python, args)
+        except _pyenv.UntrustedInterpreter as exc:
+            raise PatchFailed("%s; nothing was written" % exc) from exc
+
+    def _run(self, what: str, argv: t.List[str], data: bytes | None = None,
+             env_changes: t.Mapping[str, str] | None = None) -> t.Tuple[int, str, str]:
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        env.update(env_changes or {})
         try:
             rc, out, err = px.run_bounded(argv, self.timeout, data=data, env=env, cwd="/")
         except OSError as exc:
@@ -100,8 +111,8 @@ class Checks:
         self._require_python()
         payload = json.dumps([[n, base64.b64encode(d).decode("ascii")]
                               for n, d in zip(names, datas)]).encode("utf-8")
-        rc, out, err = self._run("the compile check with %s" % self.python,
-                                 [self.python, "-c", _COMPILE_SCRIPT], payload)
+        argv, env = self._python_call(["-c", _COMPILE_SCRIPT])
+        rc, out, err = self._run("the compile check with %s" % self.python, argv, payload, env)
         try:
             found = json.loads(out) if rc == 0 else None
         except ValueError:
@@ -139,8 +150,9 @@ class Checks:
 
     def _import_check(self) -> None:
         names = self.params["import_check"]
-        rc, out, err = self._run("import_check with %s" % self.python,
-                                 [self.python, "-c", _IMPORT_SCRIPT] + list(names))
+        argv, env = self._python_call(["-c", _IMPORT_SCRIPT] + list(names))
+        rc, out, err = self._run("import_check of %s with %s" % (", ".join(names), self.python),
+                                 argv, env_changes=env)
         if rc != 0:
             tail = "\n".join((err or out).strip().splitlines()[-6:])
             raise PatchFailed(

@@ -15,6 +15,9 @@ Revert records live in ``<state_dir>/records/``, one pair per patched file:
 maps to one record. Locks are ``<state_dir>/locks/<basename>-<key>.lock`` (fcntl.flock); the
 holder writes its pid and start time into it so a waiting run can name it.
 
+The state_dir is root's alone (folders 0700, files 0600): its records and journals decide what
+root writes into the env, so one another user owns or could write is refused (secure_state_dir).
+
 A record is never overwritten or deleted by a run that did not write it, except when state=absent
 puts its original bytes back: a run that must describe a new original first copies the current
 pair to ``<basename>-<key>.superseded-<stamp>.json`` / ``.orig`` (see superseded_records).
@@ -35,6 +38,8 @@ import stat
 import tempfile
 import time
 import typing as t
+
+from . import _pyenv
 
 RECORD_FORMAT = 1
 RECORDS_SUBDIR = "records"
@@ -95,6 +100,40 @@ def _makedirs(path: str) -> None:
             os.chmod(folder, 0o700)
 
 
+class ForeignStateDir(Exception):
+    """Another user owns, or could change, the state_dir; the message names the path."""
+
+
+def secure_state_dir(state_dir: str, check: bool) -> t.List[str]:
+    """Narrow what is wider than 0700 (folders) / 0600 (files) in state_dir, and return those
+    paths (in check mode, only return them). Refuses (ForeignStateDir) a state_dir, or an entry
+    of it, that is not owned by this process's user or is a link, or a folder above it another
+    user could change: their records would tell this module what to write."""
+    head = os.path.dirname(os.path.abspath(state_dir))
+    while not os.path.isdir(head):
+        head = os.path.dirname(head)
+    problem = _pyenv.path_problem(head)
+    if problem:
+        raise ForeignStateDir(problem)
+    if not os.path.lexists(state_dir):
+        return []
+    narrowed = []
+    entries = [state_dir]
+    while entries:
+        path = entries.pop()
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
+            raise ForeignStateDir("%s is %s" % (path, "a symbolic link" if stat.S_ISLNK(info.st_mode)
+                                                else "owned by uid %d" % info.st_uid))
+        if stat.S_ISDIR(info.st_mode):
+            entries += [os.path.join(path, name) for name in sorted(os.listdir(path))]
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            narrowed.append(path)
+            if not check:
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o077)
+    return narrowed
+
+
 class LockTimeout(Exception):
     """The lock of a file stayed held longer than allowed; the message names the holder."""
 
@@ -119,7 +158,8 @@ def locked(state_dir: str, real_paths: t.Iterable[str],
             lock = lock_path(state_dir, real_path)
             with phase("lock", lock):
                 _makedirs(os.path.dirname(lock))
-                handle = open(lock, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+                handle = os.fdopen(fd, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
             handles.append(handle)
             while True:
                 try:

@@ -32,6 +32,7 @@ class PythonPatch(Plan, Checks):
         self.python: str = params["python"] or sys.executable
         self.timeout: int = params["check_timeout"]
         self.recovered: t.List[str] = []
+        self.state_dir_narrowed: t.List[str] = []
         if params["files"] is not None:
             specs = [(f["path"], f.get("edits") or []) for f in params["files"]]
         else:
@@ -83,7 +84,25 @@ class PythonPatch(Plan, Checks):
         for warning in txn.warnings:
             self.warn(warning)
 
+    def _secure_state_dir(self) -> None:
+        try:
+            self.state_dir_narrowed = pf.secure_state_dir(self.state_dir, self.check)
+        except pf.ForeignStateDir as exc:
+            raise PatchFailed("state_dir %s cannot be trusted: %s. Its records and journals say "
+                              "what this module writes, so only the user running it (root) may "
+                              "own and change it; check what is in it, give it to root (chown -R, "
+                              "chmod -R go-rwx) or choose another state_dir. Nothing was written"
+                              % (self.state_dir, exc)) from exc
+        except OSError as exc:
+            raise PatchFailed("cannot read state_dir %s: %s; nothing was written"
+                              % (self.state_dir, exc)) from exc
+        if self.state_dir_narrowed:
+            self.warn("%s only root could read: %s" % (
+                "state_dir entries would be made" if self.check else "narrowed state_dir entries",
+                ", ".join(self.state_dir_narrowed[:10])))
+
     def run(self) -> t.Dict[str, t.Any]:
+        self._secure_state_dir()
         if self.check:  # check mode writes nothing, not even a lock file
             self._warn_unfinished()
             return self._run_locked()
@@ -167,9 +186,10 @@ class PythonPatch(Plan, Checks):
         elif changed or any(j.record_action for j in self.jobs):
             self._transaction(changed)
         result: t.Dict[str, t.Any] = {
-            "changed": bool(changed),
+            "changed": bool(changed or self.state_dir_narrowed),
             "files": [j.result() for j in self.jobs],
             "recovered": self.recovered,
+            "state_dir_narrowed": self.state_dir_narrowed,
         }
         if self.diff:
             result["diff"] = [self._diff(j) for j in changed]

@@ -6,17 +6,24 @@ importing vllm (importing it pulls torch and CUDA, takes seconds and may fail on
 GPU). importlib.metadata only reads the dist-info folders. The small script below runs under the
 environment's own interpreter; everything else here is pure functions for the module and tests.
 
+Root runs these interpreters, so every run goes through isolated_call: a clean command line and
+environment, and a refusal of an interpreter whose files another user could change.
+
 Stdlib only, Python 3.9+, no Ansible imports.
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import pwd
 import re
+import stat
 import typing as t
 
-# Runs as `<env python> -I -c INSPECT_SCRIPT`: -I ignores PYTHONPATH and the user site, so the
-# answer is about the environment itself. Only importlib.metadata is used: nothing installed in the
+# Runs as `<env python> -I -B -c INSPECT_SCRIPT` (isolated_call): -I ignores PYTHONPATH and the user
+# site, so the answer is about the environment itself. Only importlib.metadata is used: nothing installed in the
 # environment is imported.
 INSPECT_SCRIPT = r"""
 import json, sys
@@ -145,6 +152,116 @@ def pin_name(requirement: str) -> str:
     return normalize_name(match.group(1))
 
 
+# --- running an environment's interpreter as root
+
+# -I: PYTHON* variables, the user site and the script's (or the working) directory are ignored;
+# -B: nothing is written into the environment's __pycache__ folders.
+ISOLATED_FLAGS = ("-I", "-B")
+# Set for the interpreter's children too (they do not inherit -I): no user site, no bytecode.
+_ISOLATED_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+class UntrustedInterpreter(ValueError):
+    """Another user could change what an interpreter runs; the message names the path and owner."""
+
+
+def _user(uid: int) -> str:
+    try:
+        return "%s (uid %d)" % (pwd.getpwuid(uid).pw_name, uid)
+    except KeyError:
+        return "uid %d" % uid
+
+
+def _entry_problem(path: str, info: os.stat_result, trusted: t.Collection[int],
+                   ancestor: bool) -> str:
+    """Why another user could change what path holds ('' when nobody but the trusted can)."""
+    if info.st_uid not in trusted:
+        return "%s is owned by %s" % (path, _user(info.st_uid))
+    if stat.S_ISLNK(info.st_mode):
+        return ""  # a link's own mode means nothing; its owner was checked, its target is next
+    sticky_dir = ancestor and stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
+    if info.st_mode & stat.S_IWOTH and not sticky_dir:
+        return "%s is writable by every user (mode %04o)" % (path, stat.S_IMODE(info.st_mode))
+    if info.st_mode & stat.S_IWGRP and info.st_gid != 0 and not sticky_dir:
+        return "%s is writable by group %d (mode %04o)" % (path, info.st_gid,
+                                                           stat.S_IMODE(info.st_mode))
+    return ""
+
+
+def path_problem(path: str, trusted: t.Collection[int] | None = None) -> str:
+    """The first folder from / down to path, or path itself, that another user (not root, not
+    this process's user, unless trusted says who) could change; '' when there is none."""
+    trusted = {0, os.geteuid()} if trusted is None else trusted
+    names = [name for name in os.path.abspath(path).split(os.sep) if name]
+    chain = [os.sep] + [os.sep + os.sep.join(names[:end]) for end in range(1, len(names) + 1)]
+    for index, current in enumerate(chain):
+        try:
+            info = os.lstat(current)  # folders above are followed: their targets are checked
+        except FileNotFoundError:
+            return ""  # nothing there to run
+        problem = _entry_problem(current, info, trusted, ancestor=index < len(chain) - 1)
+        if problem:
+            return problem
+    return ""
+
+
+def _site_dirs(prefix: str) -> list[str]:
+    """The site-packages folders of the virtual environment at prefix."""
+    found = glob.glob(os.path.join(glob.escape(prefix), "lib*", "python*", "site-packages"))
+    return sorted({os.path.realpath(path) for path in found})
+
+
+def untrusted_interpreter(python: str, trusted: t.Collection[int] | None = None) -> str:
+    """Why root must not run python ('' when only root, or whoever runs this, could change it).
+
+    Checks every folder from / down to the interpreter (its link and its target), and for a
+    virtual environment its pyvenv.cfg, its site-packages folders and what is directly in them:
+    the .pth files and start-up modules Python runs before any script, and the packages' top
+    folders. The trees below those are kept root's by gpuserve.vllm.python_env_protect.
+    """
+    trusted = {0, os.geteuid()} if trusted is None else set(trusted)
+    chains = [python, os.path.realpath(python)]
+    entries: list[str] = []
+    prefix = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(python))))
+    if os.path.isfile(os.path.join(prefix, "pyvenv.cfg")):
+        chains.append(os.path.join(prefix, "pyvenv.cfg"))
+        for site in _site_dirs(prefix):
+            chains.append(site)
+            with os.scandir(site) as found:
+                entries += sorted(entry.path for entry in found)
+    problem = next(filter(None, (path_problem(path, trusted) for path in chains)), "")
+    for entry in entries if not problem else ():
+        try:
+            problem = _entry_problem(entry, os.lstat(entry), trusted, ancestor=False)
+        except FileNotFoundError:
+            continue
+        if problem:
+            break
+    if not problem:
+        return ""
+    return ("root does not run %s: %s, so another user could change what it runs. Give the "
+            "environment back to root (gpuserve.vllm.ml_env does) and run again" % (python, problem))
+
+
+def isolated_call(python: str, args: t.Sequence[str] = (),
+                  extra_env: t.Mapping[str, str] | None = None,
+                  environ: t.Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The argv and the environment changes for running python as root, after refusing it when
+    another user could change what it runs (UntrustedInterpreter).
+
+    The changes blank every PYTHON* variable of the caller (the children of python do not get -I)
+    and add extra_env: pass them as run_command's environ_update, or as env=dict(os.environ, **changes).
+    """
+    problem = untrusted_interpreter(python)
+    if problem:
+        raise UntrustedInterpreter(problem)
+    environ = os.environ if environ is None else environ
+    changes = {name: "" for name in environ if name.startswith("PYTHON")}
+    changes.update(_ISOLATED_ENV)
+    changes.update(extra_env or {})
+    return [python, *ISOLATED_FLAGS, *args], changes
+
+
 # --- installing into an environment: one command line for uv and pip, and their change reports
 
 INSTALLERS = ("uv", "pip")
@@ -170,7 +287,7 @@ def install_argv(installer: str, python: str, packages: t.Sequence[str] = (), *,
             raise ValueError("installer uv needs the path of the uv executable")
         argv = [uv, "pip", "install", "--python", python]
     elif installer == "pip":
-        argv = [python, "-m", "pip", "install", "--disable-pip-version-check"]
+        argv = [python, "-I", "-m", "pip", "install", "--disable-pip-version-check"]
     else:
         raise ValueError(f"installer must be one of {', '.join(INSTALLERS)}, not {installer!r}")
     argv += [f"--find-links={link}" for link in find_links]

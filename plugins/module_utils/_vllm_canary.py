@@ -175,6 +175,8 @@ def canary_argv(argv: t.Sequence[str], target: str, port: t.Any,
 def systemd_run_argv(unit: str, argv: t.Sequence[str], properties: t.Mapping[str, t.Any]) -> list[str]:
     """`systemd-run` for a transient service running argv, with the unit's own settings.
 
+    A list value gives the property once per element (DeviceAllow=...), "" an empty assignment
+    as in the unit file (CapabilityBoundingSet= : no capabilities), None leaves it out.
     systemd-run hands argv over as a list (no shell, no `%` specifiers), but expands `$VAR` in
     it as in ExecStart= (the default of --expand-environment): `$` is written `$$`.
     """
@@ -182,9 +184,9 @@ def systemd_run_argv(unit: str, argv: t.Sequence[str], properties: t.Mapping[str
         unit += ".service"
     cmd = ["systemd-run", f"--unit={unit}", "--quiet"]
     for key, value in properties.items():
-        if value is None or value == "":
-            continue
-        cmd.append(f"--property={key}={value}")
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if item is not None:
+                cmd.append(f"--property={key}={item}")
     return cmd + [str(a).replace("$", "$$") for a in argv]
 
 

@@ -528,7 +528,8 @@ def main() -> int:
         request = json.load(handle)
     stub_env = cuda_stub_env(request, sys.argv[0])
     if stub_env is not None:  # the loader reads LD_LIBRARY_PATH only when a process starts
-        os.execve(sys.executable, [sys.executable] + sys.argv, stub_env)
+        flags = (["-I"] if sys.flags.isolated else []) + (["-B"] if sys.flags.dont_write_bytecode else [])
+        os.execve(sys.executable, [sys.executable, *flags, *sys.argv], stub_env)
     probe = Probe(request)
     try:
         result = probe.run()

@@ -136,7 +136,11 @@ def main() -> None:
         module.exit_json(changed=False, exists=False, path_exists=os.path.lexists(python),
                          packages={}, missing=list(names or []), python_requires_satisfied=None)
 
-    rc, out, err = module.run_command([python, "-I", "-c", _pyenv.INSPECT_SCRIPT])
+    try:
+        argv, env = _pyenv.isolated_call(python, ["-c", _pyenv.INSPECT_SCRIPT])
+    except _pyenv.UntrustedInterpreter as exc:
+        module.fail_json(msg=str(exc))
+    rc, out, err = module.run_command(argv, environ_update=env)
     if rc != 0:
         module.fail_json(msg=f"{python} exists but could not report its packages (rc={rc}); "
                              f"the environment may be broken (for example its base interpreter "

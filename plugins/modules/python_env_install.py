@@ -197,6 +197,10 @@ def main() -> None:
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         module.fail_json(msg=f"python: no interpreter at {python}; create the environment first "
                              f"(gpuserve.vllm.ml_env does) or point python at it")
+    # uv runs the interpreter too (to ask it what it is), pip is the environment's own.
+    problem = _pyenv.untrusted_interpreter(python)
+    if problem:
+        module.fail_json(msg=problem)
     if installer == "uv" and not (os.path.isfile(p["uv"]) and os.access(p["uv"], os.X_OK)):
         module.fail_json(msg=f"uv: no executable at {p['uv']}; gpuserve.vllm.ml_env installs uv "
                              f"there, or use installer: pip")

@@ -275,6 +275,11 @@ options:
         first 16 hex digits of the sha256 of the file's real path.
       - Created with mode 0700 on first use (not in check mode). C(journal/txn-<time>.json) is
         the journal of a run in progress (see above).
+      - Only the user running the module (root) may own and change it, since its records and
+        journals say what the module writes. Every run narrows entries wider than 0700 (folders) or 0600
+        (files), reports them in RV(state_dir_narrowed) and counts that as a change (an older
+        release or an operator left them readable). A state_dir another user owns, a link in it,
+        or a folder above it another user could change is refused, nothing written.
       - A record is never overwritten or deleted by a run that did not write it, except by
         O(state=absent) putting its original bytes back. When a file changed since the module
         wrote it and is patched again, the old record is first copied to
@@ -373,10 +378,16 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed:
-  description: Whether any file changed (or would change, in check mode).
+  description: Whether any file or the mode of a O(state_dir) entry changed (or would change, in check mode).
   returned: always
   type: bool
   sample: true
+state_dir_narrowed:
+  description: Entries of O(state_dir) whose mode was narrowed to root only (in check mode, would be).
+  returned: always
+  type: list
+  elements: str
+  sample: [/var/lib/gpuserve/python_patch/records]
 recovered:
   description:
     - One sentence per unfinished run (killed before its end) that this run rolled back before

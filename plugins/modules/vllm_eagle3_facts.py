@@ -160,6 +160,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _eagle3_facts as ef
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _pyenv
 
 
 def _model_types(module: AnsibleModule) -> list:
@@ -196,7 +197,11 @@ def main() -> None:
                              "(eagle3_patches_python in the role) at the interpreter of the "
                              "environment vLLM is installed in." % python)
     model_types = _model_types(module)
-    rc, out, err = module.run_command([python, "-I", "-c", ef.LOCATE_SCRIPT] + module.params["files"])
+    try:
+        argv, env = _pyenv.isolated_call(python, ["-c", ef.LOCATE_SCRIPT] + module.params["files"])
+    except _pyenv.UntrustedInterpreter as exc:
+        module.fail_json(msg=str(exc))
+    rc, out, err = module.run_command(argv, environ_update=env)
     if rc != 0:
         module.fail_json(msg="%s could not report its vLLM installation (rc=%s): %s"
                              % (python, rc, err.strip()), rc=rc, stdout=out, stderr=err)

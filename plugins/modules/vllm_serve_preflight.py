@@ -219,6 +219,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import (
+    _pyenv,
     _vllm_preflight_cache as cache,
     _vllm_preflight_key,
     _vllm_preflight_probe,
@@ -249,11 +250,11 @@ def run_probe(python: str, request: dict, timeout: int, source: str = PROBE,
             json.dump(request, handle)
         with open(script, "w", encoding="utf-8") as handle:
             handle.write(source)
-        environ = dict(os.environ, **(env or {}))
-        environ.update(VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
+        argv, changes = _pyenv.isolated_call(python, [script, request_path],
+                                             dict(env or {}, VLLM_LOGGING_LEVEL="ERROR"))
         started = time.monotonic()
         try:
-            proc = subprocess.run([python, script, request_path], env=environ, cwd=tmp,
+            proc = subprocess.run(argv, env=dict(os.environ, **changes), cwd=tmp,
                                   capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return {"crashed": True, "error": f"the probe took longer than {timeout} s"}
@@ -317,6 +318,9 @@ def main() -> None:
     if not os.access(params["python"], os.X_OK):
         module.fail_json(msg=f"python={params['python']} is not an executable interpreter: point "
                              "it at the ml-env's bin/python (ml_env_dir)")
+    problem = _pyenv.untrusted_interpreter(params["python"])
+    if problem:
+        module.fail_json(msg=problem)
     argv = params["argv"]
     try:
         env = unit_environment(params["unit_environment"])

@@ -51,6 +51,19 @@ def run_python(python: Path, code: str, pythonpath: Path | None = None,
     return proc.stdout
 
 
+def overlay_python(python: Path, overlay: Path) -> Path:
+    """A venv whose sys.path is overlay first, then python's env (its .pth files included): what
+    PYTHONPATH gave before the modules ran interpreters isolated (-I, which ignores it)."""
+    home = overlay.parent / (overlay.name + "-env")
+    if not (home / "bin" / "python").exists():
+        subprocess.run([str(python), "-I", "-m", "venv", "--without-pip", str(home)], check=True)
+        site = next((python.parent.parent / "lib").glob("python3*/site-packages"))
+        (next((home / "lib").glob("python3*/site-packages")) / "gpuserve-overlay.pth").write_text(
+            "import sys; sys.path.insert(0, %r)\nimport site; site.addsitedir(%r)\n"
+            % (str(overlay), str(site)))
+    return home / "bin" / "python"
+
+
 def timed(label: str, start: float) -> None:
     TIMINGS.append((label, time.monotonic() - start))
 
@@ -87,8 +100,8 @@ def patch_overlay(overlay: Path, model_types: list[str], label: str) -> tuple[Pa
     """vllm 0.17.0 with the eagle3_patches patch set applied by the real python_patch module.
 
     The env's vllm package is copied as hardlinks into an overlay (python_patch writes through a
-    temp file and a rename, so the cached env is never changed) and put first on PYTHONPATH;
-    python_patch's import_check imports the patched modules with torch present. model_types is
+    temp file and a rename, so the cached env is never changed) and put first on sys.path
+    (overlay_python); python_patch's import_check imports the patched modules with torch present. model_types is
     the allow-list entries the role would derive from the checkpoint's config.json.
     """
     python = env_python(PATCHED)
@@ -106,10 +119,11 @@ def patch_overlay(overlay: Path, model_types: list[str], label: str) -> tuple[Pa
         "tasks": [{
             "name": "Patch the overlay with the role's patch set, import-checking with torch",
             "gpuserve.vllm.python_patch": {
-                "files": "{{ files }}", "state": "present", "python": str(python),
+                "files": "{{ files }}", "state": "present",
+                "python": str(overlay_python(python, overlay)),
                 "import_check": "{{ eagle3_patches_import_modules }}", "backup": False,
                 "state_dir": str(overlay / ".state")},
-            "environment": {"PYTHONPATH": str(overlay), "VLLM_LOGGING_LEVEL": "ERROR"},
+            "environment": {"VLLM_LOGGING_LEVEL": "ERROR"},
         }],
     }], overlay)
     timed(f"python_patch + import_check of the patched 0.17.0 files ({label})", start)

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (FIXTURES, NATIVE, PATCHED, REPO, env_python, patch_overlay, playbook,
-                      run_python, timed)
+from conftest import (FIXTURES, NATIVE, PATCHED, REPO, env_python, overlay_python, patch_overlay,
+                      playbook, run_python, timed)
 
 sys.path.insert(0, str(REPO / "collections"))  # the committed link tree, as tests/unit does
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _eagle3_facts  # noqa: E402
@@ -106,9 +106,9 @@ def _preflight(label: str, version: str, argv: list[str], work: Path,
     start = time.monotonic()
     (result,) = playbook([{"hosts": "localhost", "gather_facts": False, "tasks": [{
         "gpuserve.vllm.vllm_serve_preflight": {
-            "python": str(env_python(version)), "argv": argv, "compute_capability": "12.0",
-            "fail_on_problems": False},
-        "environment": {"PYTHONPATH": str(pythonpath)} if pythonpath else {}}]}], work)
+            "python": str(overlay_python(env_python(version), pythonpath) if pythonpath
+                          else env_python(version)),
+            "argv": argv, "compute_capability": "12.0", "fail_on_problems": False}}]}], work)
     timed(f"kimi_k2 variant: preflight on {label} (probe {result.get('seconds', '?')} s)", start)
     assert "checks" in result, result.get("msg")
     return result

@@ -14,14 +14,15 @@ from __future__ import annotations
 import json
 import os
 import time
+import typing as t
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import (FIXTURES, NATIVE, NEWEST, OLD, PATCHED, REPO, env_python, playbook, timed,
-                      vllm_full_env)
+from conftest import (FIXTURES, NATIVE, NEWEST, OLD, PATCHED, REPO, env_python, overlay_python,
+                      playbook, timed, vllm_full_env)
 
 ROLE = REPO / "roles" / "vllm_server"
 EXAMPLE = REPO / "inventories" / "example" / "group_vars" / "gpu_nodes" / "main.yml"
@@ -107,15 +108,15 @@ def argvs(rendering: dict) -> dict[str, list[str]]:
 def _preflight(name: str, rendered: dict, version: str, patched: bool, options: dict,
                overlay: Path | None, work: Path) -> dict:
     python = env_python(version)
-    env = {"PYTHONPATH": str(overlay)} if patched else {}
+    if patched:
+        python = overlay_python(python, t.cast(Path, overlay))
     start = time.monotonic()
     result = playbook([{
         "hosts": "localhost", "gather_facts": False,
         "tasks": [{"name": name, "gpuserve.vllm.vllm_serve_preflight": dict({
             "python": str(python), "argv": rendered["argv"], "compute_capability": "12.0",
             "fail_on_problems": False, "unit_environment": rendered["env"],
-            "timeout": PROBE_TIMEOUT}, **options),
-            "environment": env}],
+            "timeout": PROBE_TIMEOUT}, **options)}],
     }], work)[0]
     timed(f"preflight: {name} (probe {result.get('seconds', '?')} s)", start)
     return result

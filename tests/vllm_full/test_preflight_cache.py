@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (FIXTURES, NATIVE, NEWEST, PATCHED, REPO, env_python, playbook, run_python,
-                      timed)
+from conftest import (FIXTURES, NATIVE, NEWEST, PATCHED, REPO, env_python, overlay_python,
+                      playbook, run_python, timed)
 
 ROLE = REPO / "roles" / "vllm_server"
 EXAMPLE = REPO / "inventories" / "example" / "group_vars" / "gpu_nodes" / "main.yml"
@@ -48,10 +48,11 @@ def _run(setup: dict, label: str, argv: list | None = None, check: bool = False)
     start = time.monotonic()
     (result,) = playbook([{"hosts": "localhost", "gather_facts": False, "tasks": [{
         "gpuserve.vllm.vllm_serve_preflight": {
-            "python": str(env_python(PATCHED)), "argv": argv or setup["argv"],
+            "python": str(overlay_python(env_python(PATCHED), setup["work"])),
+            "argv": argv or setup["argv"],
             "compute_capability": "12.0", "fail_on_problems": False,
             "cache_dir": setup["cache"]},
-        "check_mode": check, "environment": {"PYTHONPATH": str(setup["work"])}}]}],
+        "check_mode": check}]}],
         setup["work"])
     timed(f"cache: {label} (cached {result.get('cached')}, {result.get('seconds')} s)", start)
     assert "checks" in result, result.get("msg")

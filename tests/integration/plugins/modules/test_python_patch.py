@@ -8,6 +8,7 @@ asserting that every file stays byte-identical. Needs `source tests/env.sh`.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ import shutil
 import stat
 import sys
 import typing as t
+import venv
 from pathlib import Path
 
 import pytest
@@ -254,6 +256,15 @@ def _package(env: Env) -> t.Tuple[Path, Path]:
     return a, b
 
 
+def _venv_seeing(folder: Path, where: Path) -> str:
+    """A venv whose sys.path has folder (a .pth file): import_check runs its python with -I, so
+    PYTHONPATH would not reach it."""
+    venv.create(where, symlinks=True)
+    site = glob.glob(str(where / "lib" / "python*" / "site-packages"))[0]
+    Path(site, "src.pth").write_text(str(folder) + "\n")
+    return str(where / "bin" / "python")
+
+
 def test_import_check_failure_restores_every_file(env: Env) -> None:
     a, b = _package(env)
     files = [
@@ -261,9 +272,9 @@ def test_import_check_failure_restores_every_file(env: Env) -> None:
         {"path": str(b), "edits": [{"id": "boom", "replace": {"old": "Y = 1", "new": "Y = 1 / 0"}}]},
     ]
     before = env.snapshot()
-    environment = {"PYTHONPATH": str(env.src)}
-    [res] = env.play(task(env.args(files=files, import_check=["pkg.a", "pkg.b"], backup=True),
-                          environment=environment))
+    python = _venv_seeing(env.src, env.root / "venv")
+    [res] = env.play(task(env.args(files=files, import_check=["pkg.a", "pkg.b"], backup=True,
+                                   python=python)))
     assert res["failed"] is True
     assert "import_check" in res["msg"] and "ZeroDivisionError" in res["msg"]
     assert "put back" in res["msg"]
@@ -271,8 +282,7 @@ def test_import_check_failure_restores_every_file(env: Env) -> None:
     # no bytecode.
     assert env.snapshot() == before
     # and a passing import_check keeps the change
-    [good] = env.play(task(env.args(files=files[:1], import_check=["pkg.a"]),
-                           environment=environment))
+    [good] = env.play(task(env.args(files=files[:1], import_check=["pkg.a"], python=python)))
     assert good["changed"] is True and not good.get("failed"), good
     assert a.read_text() == "X = 2\n"
 

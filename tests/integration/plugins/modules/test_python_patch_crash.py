@@ -16,6 +16,7 @@ The same holds for a run adding edits to already patched files and for a killed 
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import time
 import typing as t
+import venv
 from pathlib import Path
 
 import pytest
@@ -150,7 +152,10 @@ def test_killed_at_every_step(tmp_path: Path, scenario: str, call: str) -> None:
 def test_a_check_that_never_completed_runs_again(tmp_path: Path) -> None:
     """Killed while import_check runs: the next run must not accept the unchecked files."""
     node = Node(tmp_path)
-    node.env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    # import_check runs its python with -I: a venv whose .pth file names tmp_path finds pkg.
+    venv.create(tmp_path / "venv", symlinks=True)
+    site = glob.glob(str(tmp_path / "venv" / "lib" / "python*" / "site-packages"))[0]
+    Path(site, "tmp.pth").write_text(str(tmp_path) + "\n")
     marker = tmp_path / "importing"
     (node.pkg / "slow.py").write_text("import os, time\nopen(%r, 'w').write(str(os.getpid()))\n"
                                       "time.sleep(60)\n" % str(marker))
@@ -158,6 +163,7 @@ def test_a_check_that_never_completed_runs_again(tmp_path: Path) -> None:
     args = node.args(BOTH)
     data = json.loads(args.read_text())
     data["ANSIBLE_MODULE_ARGS"]["import_check"] = ["pkg.slow"]
+    data["ANSIBLE_MODULE_ARGS"]["python"] = str(tmp_path / "venv" / "bin" / "python")
     args.write_text(json.dumps(data))
     with subprocess.Popen([sys.executable, "-m", MODULE, str(args)], env=node.env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:

@@ -16,7 +16,8 @@ FILTERS = FilterModule().filters()
 def test_registered_names() -> None:
     assert set(FILTERS) == {"vllm_serve_argv", "vllm_speculative_config", "systemd_exec_line",
                             "systemd_env_lines", "vllm_is_loopback", "vllm_bare_host",
-                            "vllm_server_range_problems"}
+                            "vllm_server_range_problems", "systemd_unit_directives",
+                            "systemd_unit_properties"}
 
 
 def test_role_pipeline_renders_valid_json() -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import subprocess
 import sys
+import venv
 from pathlib import Path
 
 import pytest
@@ -140,7 +143,7 @@ def test_inspect_script_on_this_interpreter() -> None:
         ("uv", ["vllm==0.17.0"], {"uv": "/opt/t/bin/uv"},
          ["/opt/t/bin/uv", "pip", "install", "--python", "/e/bin/python", "vllm==0.17.0"]),
         ("pip", ["vllm==0.17.0"], {},
-         ["/e/bin/python", "-m", "pip", "install", "--disable-pip-version-check", "vllm==0.17.0"]),
+         ["/e/bin/python", "-I", "-m", "pip", "install", "--disable-pip-version-check", "vllm==0.17.0"]),
         ("uv", ["vllm[audio]==0.17.0", "flashinfer-cubin==0.6.4"],
          {"uv": "uv", "find_links": ["/w", "https://m/x"], "index_url": "https://i/simple",
           "extra_index_urls": ["https://x/simple"], "no_index": True, "no_deps": True, "dry_run": True},
@@ -149,7 +152,7 @@ def test_inspect_script_on_this_interpreter() -> None:
           "--extra-index-url=https://x/simple", "--no-index", "--no-deps", "--dry-run",
           "vllm[audio]==0.17.0", "flashinfer-cubin==0.6.4"]),
         ("pip", [], {"requirements_files": ["/e/req.txt"], "dry_run": True},
-         ["/e/bin/python", "-m", "pip", "install", "--disable-pip-version-check", "--dry-run",
+         ["/e/bin/python", "-I", "-m", "pip", "install", "--disable-pip-version-check", "--dry-run",
           "-r", "/e/req.txt"]),
     ],
 )
@@ -237,3 +240,116 @@ def test_pip_dist_names_with_dashes() -> None:
     report = _pyenv.parse_install_report(
         "pip", "Successfully installed huggingface-hub-0.36.0 Flash_Attn-2.8.3\n", "")
     assert report["installed"] == _dists("huggingface-hub==0.36.0", "flash-attn==2.8.3")
+
+
+# --- isolated_call / untrusted_interpreter (every interpreter root runs)
+
+@pytest.fixture(name="env")
+def fixture_env(tmp_path: Path) -> dict[str, Path]:
+    """A real venv of this interpreter (no pip) with one package and one .pth file."""
+    venv.create(tmp_path / "env", symlinks=True)
+    site = Path(glob.glob(str(tmp_path / "env" / "lib" / "python*" / "site-packages"))[0])
+    (site / "pkg").mkdir()
+    (site / "pkg" / "__init__.py").write_text("")
+    (site / "extra.pth").write_text("")
+    return {"root": tmp_path / "env", "python": tmp_path / "env" / "bin" / "python", "site": site,
+            "pth": site / "extra.pth", "pkg": site / "pkg", "cfg": tmp_path / "env" / "pyvenv.cfg",
+            "bin": tmp_path / "env" / "bin"}
+
+
+def test_a_venv_only_its_owner_can_change_is_trusted(env: dict[str, Path]) -> None:
+    assert _pyenv.untrusted_interpreter(str(env["python"])) == ""
+
+
+@pytest.mark.parametrize(
+    ("what", "mode", "expected"),
+    [
+        ("site", 0o777, "site-packages is writable by every user (mode 0777)"),
+        ("pth", 0o646, "extra.pth is writable by every user (mode 0646)"),
+        ("pkg", 0o757, "/pkg is writable by every user (mode 0757)"),
+        ("cfg", 0o666, "pyvenv.cfg is writable by every user (mode 0666)"),
+        ("bin", 0o777, "/bin is writable by every user (mode 0777)"),
+        ("root", 0o777, "env is writable by every user (mode 0777)"),
+    ],
+)
+def test_what_another_user_could_write_is_refused(env: dict[str, Path], what: str, mode: int,
+                                                  expected: str) -> None:
+    env[what].chmod(mode)
+    problem = _pyenv.untrusted_interpreter(str(env["python"]))
+    assert problem.startswith("root does not run %s: " % env["python"]), problem
+    assert expected in problem, problem
+    assert "gpuserve.vllm.ml_env" in problem
+
+
+def test_group_write_is_refused_unless_the_group_is_root(env: dict[str, Path]) -> None:
+    env["site"].chmod(0o775)
+    os.chown(env["site"], -1, 0)
+    assert _pyenv.untrusted_interpreter(str(env["python"])) == ""
+    if os.geteuid() == 0:
+        os.chown(env["site"], -1, 4321)
+        assert "writable by group 4321 (mode 0775)" in _pyenv.untrusted_interpreter(str(env["python"]))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+@pytest.mark.parametrize("what", ["site", "pth", "pkg", "cfg", "bin", "root"])
+def test_an_entry_owned_by_another_user_is_refused(env: dict[str, Path], what: str) -> None:
+    os.lchown(env[what], 4321, 4321)
+    problem = _pyenv.untrusted_interpreter(str(env["python"]))
+    assert "%s is owned by uid 4321" % env[what] in problem, problem
+
+
+def test_the_trusted_users_are_root_and_the_caller(env: dict[str, Path]) -> None:
+    # Everything here is the caller's: trusting only another uid names the first folder, /.
+    assert _pyenv.untrusted_interpreter(str(env["python"]), trusted={4321}).startswith(
+        "root does not run %s: / is owned by " % env["python"])
+
+
+def test_a_sticky_folder_above_is_fine(tmp_path: Path) -> None:
+    # pytest's tmp_path lives under /tmp (mode 1777): other users cannot replace what is ours in it.
+    assert os.stat("/tmp").st_mode & 0o1777 == 0o1777
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    assert _pyenv.untrusted_interpreter(str(python)) == ""
+
+
+def test_isolated_call_flags_and_environment(env: dict[str, Path]) -> None:
+    argv, changes = _pyenv.isolated_call(str(env["python"]), ["-c", "pass"], {"VLLM_X": "1"},
+                                         environ={"PYTHONPATH": "/x", "PYTHONHOME": "/y",
+                                                  "PATH": "/bin"})
+    assert argv == [str(env["python"]), "-I", "-B", "-c", "pass"]
+    assert changes == {"PYTHONPATH": "", "PYTHONHOME": "", "PYTHONNOUSERSITE": "1",
+                       "PYTHONDONTWRITEBYTECODE": "1", "VLLM_X": "1"}
+
+
+def test_isolated_call_refuses_what_another_user_could_write(env: dict[str, Path]) -> None:
+    env["pth"].chmod(0o666)
+    with pytest.raises(_pyenv.UntrustedInterpreter, match="extra.pth is writable by every user"):
+        _pyenv.isolated_call(str(env["python"]), ["-c", "pass"])
+
+
+def test_planted_start_up_code_never_runs_in_an_isolated_call(env: dict[str, Path],
+                                                              tmp_path: Path) -> None:
+    """sitecustomize on PYTHONPATH and a .pth in the user site: both run without the isolation,
+    neither runs in it, not even in a child interpreter started without -I."""
+    marker = tmp_path / "marker"
+    planted = "import os; open(%r, 'a').write('%%d\\n' %% os.getpid())\n" % str(marker)
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "sitecustomize.py").write_text(planted)
+    user_site = subprocess.run(
+        [str(env["python"]), "-c", "import site; print(site.getusersitepackages())"],
+        env=dict(os.environ, PYTHONUSERBASE=str(tmp_path / "user")), check=True,
+        capture_output=True, text=True).stdout.strip()
+    Path(user_site).mkdir(parents=True)
+    (Path(user_site) / "evil.pth").write_text(planted)
+    hostile = dict(os.environ, PYTHONPATH=str(tmp_path / "evil"), PYTHONUSERBASE=str(tmp_path / "user"))
+    # The venv has no user site (include-system-site-packages=false): the base interpreter does.
+    base = os.path.realpath(sys.executable)
+    child = "import subprocess, sys; subprocess.run([%r, '-c', 'pass'], check=True)" % base
+    subprocess.run([base, "-c", "pass"], env=hostile, check=True)
+    assert len(marker.read_text().split()) == 2  # the hostile environment works without isolation
+    marker.unlink()
+    for python in (str(env["python"]), base):
+        argv, changes = _pyenv.isolated_call(python, ["-c", child], environ=hostile)
+        subprocess.run(argv, env=dict(hostile, **changes), check=True)
+    assert not marker.exists()

@@ -124,9 +124,13 @@ def test_flag_value(argv, flag, value):
 def test_systemd_run_line():
     cmd = vc.systemd_run_argv("vllm-canary", ["/e/bin/vllm", "serve", "m", "--x", '{"a": "$HOME 100%"}'],
                               {"User": "vllm", "Group": "vllm", "EnvironmentFile": "/etc/vllm/vllm.env",
-                               "CPUAffinity": "", "LimitNOFILE": 1048576})
+                               "CapabilityBoundingSet": "", "LimitNOFILE": 1048576, "CPUAffinity": None,
+                               "DeviceAllow": ["char-nvidia rw", "char-nvidia-uvm rw"]})
     assert cmd[:3] == ["systemd-run", "--unit=vllm-canary.service", "--quiet"]
     assert "--property=User=vllm" in cmd and "--property=LimitNOFILE=1048576" in cmd
+    assert "--property=CapabilityBoundingSet=" in cmd  # an empty assignment, as in the unit file
     assert not any(c.startswith("--property=CPUAffinity") for c in cmd)
+    assert [c for c in cmd if c.startswith("--property=DeviceAllow=")] == [
+        "--property=DeviceAllow=char-nvidia rw", "--property=DeviceAllow=char-nvidia-uvm rw"]
     # $ doubled (systemd expands $VAR in the command), % untouched (no specifiers through D-Bus)
     assert cmd[-1] == '{"a": "$$HOME 100%"}' and cmd[-5] == "/e/bin/vllm"

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import typing as t
+import venv
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,15 @@ EDITS = [{"id": "x2", "replace": {"old": "X = 1", "new": "X = 2"}}]
 
 
 class Node:
-    """A package of files and a state_dir; run() calls the module's main() with files=..."""
+    """A package of files in a venv's site-packages (import_check runs its python with -I, so
+    nothing on PYTHONPATH would be found) and a state_dir; run() calls main() with files=..."""
 
     def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch, count: int = 2) -> None:
         self.root = root
         self.monkeypatch = monkeypatch
-        self.pkg = root / "pkg"
+        venv.create(root / "env", symlinks=True)
+        self.python = str(root / "env" / "bin" / "python")
+        self.pkg = Path(glob.glob(str(root / "env" / "lib" / "python*" / "site-packages"))[0]) / "pkg"
         self.pkg.mkdir()
         (self.pkg / "__init__.py").write_text("")
         self.paths = []
@@ -50,6 +54,7 @@ class Node:
     def run(self, edits: t.List[t.Dict[str, t.Any]] | None = None, **args: t.Any) -> t.Dict[str, t.Any]:
         args.setdefault("files", [{"path": str(p), "edits": edits or EDITS} for p in self.paths])
         args.setdefault("state_dir", str(self.state))
+        args.setdefault("python", self.python)
         # Collected at AnsibleModule.warn: Ansible's global warning list is not reliable here, as
         # other in-process tests (filters, display) can route warnings to stderr instead.
         warnings: t.List[str] = []
@@ -67,7 +72,6 @@ class Node:
 
 @pytest.fixture(name="node")
 def fixture_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     return Node(tmp_path, monkeypatch)
 
 
@@ -262,3 +266,52 @@ def test_lock_holder_is_written_for_waiters(tmp_path: Path) -> None:
         with pf.locked(str(tmp_path), ["/x.py"]):
             with pf.locked(str(tmp_path), ["/x.py"], timeout=0.2):
                 pass  # pragma: no cover
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_a_readable_state_dir_is_narrowed_once(node: Node, check: bool) -> None:
+    """An older release (or an operator) left the records readable: the next run makes them
+    root's alone and says so; the run after that changes nothing."""
+    assert node.run()["changed"] is True
+    records = sorted((node.state / "records").iterdir())
+    for path in [node.state, node.state / "records", *records]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    res = node.run(_ansible_check_mode=check)
+    assert res["failed"] is False and res["changed"] is True, res
+    assert sorted(res["state_dir_narrowed"]) == sorted(
+        str(p) for p in [node.state, node.state / "records", *records])
+    assert any("only root could read" in w for w in res["warnings"]), res["warnings"]
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in records}
+    assert modes == ({0o644} if check else {0o600})
+    if not check:
+        again = node.run()
+        assert (again["changed"], again["state_dir_narrowed"]) == (False, [])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the state_dir to another user needs root")
+@pytest.mark.parametrize("what", ["state", "record", "link"])
+def test_a_state_dir_another_user_could_change_is_refused(node: Node, what: str) -> None:
+    assert node.run()["changed"] is True
+    record = sorted((node.state / "records").glob("*.json"))[0]
+    before = node.contents()
+    if what == "state":
+        os.chown(node.state, 4321, 4321)
+    elif what == "record":
+        os.chown(record, 4321, 4321)
+    else:
+        record.unlink()
+        record.symlink_to("/etc/hostname")
+    res = node.run(state="absent")
+    assert res["failed"] is True
+    assert "cannot be trusted" in res["msg"] and "Nothing was written" in res["msg"], res["msg"]
+    assert node.contents() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_state_dir_below_a_folder_another_user_owns_is_refused(node: Node, tmp_path: Path) -> None:
+    (tmp_path / "shared").mkdir()
+    os.chown(tmp_path / "shared", 4321, 4321)
+    res = node.run(state_dir=str(tmp_path / "shared" / "pp"))
+    assert res["failed"] is True and "shared is owned by uid 4321" in res["msg"], res["msg"]
+    assert not (tmp_path / "shared" / "pp").exists()
+    assert node.contents() == ["X = 1\n"] * 2

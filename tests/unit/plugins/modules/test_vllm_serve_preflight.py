@@ -5,9 +5,11 @@ The checks with the real vLLM (parser, configs, attention backends) are in tests
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import sys
+import venv
 from pathlib import Path
 
 import pytest
@@ -49,9 +51,10 @@ def test_a_crashing_interpreter_fails_with_its_output(monkeypatch: pytest.Monkey
 
 
 # ---- verdict cache -------------------------------------------------------------------------
-# The fingerprint script runs for real (this interpreter, a vllm package directory put on
-# PYTHONPATH); vLLM's own judgement is replaced by a TEST DOUBLE returning a fixed verdict, since
-# this tier has no vLLM. The cache with the real vLLM judging: tests/vllm_full/test_preflight_cache.py.
+# The fingerprint script runs for real (a venv of this interpreter with a vllm package directory
+# in its site-packages: the module runs it with -I, so PYTHONPATH would not reach it); vLLM's
+# own judgement is replaced by a TEST DOUBLE returning a fixed verdict, since this tier has no
+# vLLM. The cache with the real vLLM judging: tests/vllm_full/test_preflight_cache.py.
 ACCEPTED = {"skipped": False, "problems": [], "notes": [], "vllm_version": "0.17.0",
             "checks": [{"name": "parser", "ok": True, "detail": "all flags accepted"}]}
 REFUSED = dict(ACCEPTED, problems=[{"check": "parser", "variables": ["vllm_server_x"],
@@ -62,13 +65,15 @@ REFUSED = dict(ACCEPTED, problems=[{"check": "parser", "variables": ["vllm_serve
 
 @pytest.fixture()
 def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """A model directory, a vllm package on PYTHONPATH, and a judge double counting its calls."""
-    (tmp_path / "site" / "vllm").mkdir(parents=True)
-    (tmp_path / "site" / "vllm" / "__init__.py").write_text("")
+    """A model directory, a venv with a vllm package, and a judge double counting its calls."""
+    venv.create(tmp_path / "env", symlinks=True)
+    site = Path(glob.glob(str(tmp_path / "env" / "lib" / "python*" / "site-packages"))[0])
+    (site / "vllm").mkdir()
+    (site / "vllm" / "__init__.py").write_text("")
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text('{"model_type": "kimi_k25"}')
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
-    state = {"verdict": ACCEPTED, "judged": 0, "tmp": tmp_path,
+    state = {"verdict": ACCEPTED, "judged": 0, "tmp": tmp_path, "site": site,
+             "python": str(tmp_path / "env" / "bin" / "python"),
              "cache_dir": str(tmp_path / "state" / "vllm_preflight"),
              "argv": ["/opt/ml-env/bin/vllm", "serve", str(tmp_path / "model"), "--port", "8000"]}
     real = vllm_serve_preflight.run_probe
@@ -86,7 +91,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
 
 
 def _run(node: dict, monkeypatch: pytest.MonkeyPatch, **over: object) -> dict:
-    args = {"python": sys.executable, "argv": node["argv"], "cache_dir": node["cache_dir"],
+    args = {"python": node["python"], "argv": node["argv"], "cache_dir": node["cache_dir"],
             "fail_on_problems": False}
     args.update(over)
     return run_module_main(vllm_serve_preflight, args, monkeypatch)
@@ -136,9 +141,9 @@ def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, ch
     elif change == "unit env":
         over["unit_environment"] = UNIT_ENV[:2] + ['NCCL_DEBUG="INFO"']
     else:
-        new = node["tmp"] / "site" / "vllm" / "patched.tmp"
+        new = node["site"] / "vllm" / "patched.tmp"
         new.write_text("# patched\n")
-        os.replace(new, node["tmp"] / "site" / "vllm" / "__init__.py")
+        os.replace(new, node["site"] / "vllm" / "__init__.py")
     again = _run(node, monkeypatch, **over)
     assert again["cached"] is False and node["judged"] == 2
     assert again["cache_key"] != first["cache_key"]
