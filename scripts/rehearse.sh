@@ -17,14 +17,22 @@ if [ "${1:-}" = --destroy ]; then
   exit 0
 fi
 
-# Only ansible-core is needed on PATH (README "Quick start"); no test environment is sourced.
-# ansible.cfg makes this checkout gpuserve.vllm; containers.podman (the connection to the node)
-# comes from the PyPI `ansible` wheel, fetched once into ~/.cache/gpuserve.
+# Only ansible-core is needed (README "Quick start"); no test environment is sourced. Without an
+# ansible-playbook on PATH the pinned ansible-core (requirements-dev.txt) is installed once into a
+# venv under ~/.cache/gpuserve and used from there. ansible.cfg makes this checkout gpuserve.vllm;
+# containers.podman (the connection to the node) comes from the PyPI `ansible` wheel, fetched
+# once into ~/.cache/gpuserve.
 if ! command -v ansible-playbook >/dev/null; then
-  echo "rehearse: ansible-playbook not found on PATH. Install ansible-core, e.g." \
-    "python3 -m venv ~/ansible && ~/ansible/bin/pip install ansible-core==2.19.14 &&" \
-    "export PATH=~/ansible/bin:\$PATH" >&2
-  exit 2
+  core="$(grep -E '^ansible-core==' requirements-dev.txt)"
+  venv="${GPUSERVE_CACHE:-$HOME/.cache/gpuserve}/${core/==/-}"
+  if [ ! -e "$venv/.installed" ]; then # a venv cannot be moved: an interrupted one is redone
+    echo "[rehearse] no ansible-playbook on PATH: installing $core into $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check "$core" ||
+      { echo "rehearse: could not install $core into $venv (needs python3-venv and the package index)" >&2; exit 2; }
+    touch "$venv/.installed"
+  fi
+  export PATH="$venv/bin:$PATH"
 fi
 bash tests/containers/setup-host.sh
 bash tests/containers/build-images.sh

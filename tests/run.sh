@@ -138,6 +138,14 @@ step_firstcontact() {
       ansible-galaxy collection install --offline -r requirements.yml -p collections
       ansible-playbook -i inventories/example site.yml --syntax-check
     done' || rc=1
+  # The quick start with no ansible-playbook anywhere on PATH: rehearse.sh installs the pinned
+  # ansible-core itself (into the cache; removed first so that this path runs every time).
+  rm -rf "${GPUSERVE_CACHE:?}/${core/==/-}"
+  [ "$rc" -eq 0 ] && env -i HOME="$HOME" LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    GPUSERVE_CACHE="$GPUSERVE_CACHE" GPUSERVE_WHEEL_CACHE="$GPUSERVE_WHEEL_CACHE" \
+    bash "$tmp/clone/scripts/rehearse.sh" --syntax-check | tee "$tmp/rehearse.log" &&
+    grep -q "installing $core into" "$tmp/rehearse.log" || rc=1
+  bash "$tmp/clone/scripts/rehearse.sh" --destroy >/dev/null 2>&1
   rm -rf "$tmp"
   return $rc
 }

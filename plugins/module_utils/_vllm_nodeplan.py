@@ -298,8 +298,8 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         elif node.files.get("restart_marker") is not None:
             restart_reasons.append("a restart was requested")
         since = _float(req.get("restart_since"))
-        if _bool(req.get("restart")) and not (node.alive and since and node.process_started
-                                                 and node.process_started >= since):
+        served_since = node.alive and since and node.process_started and node.process_started >= since
+        if _bool(req.get("restart")) and not served_since:
             restart_reasons.append("vllm_server_restart_requested")
     if node.reboot_pending:
         restart_reasons.append(f"reboot pending ({node.reboot_reason or 'gpu_node'})")
@@ -497,8 +497,8 @@ def report(p: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any] | None = No
                 start_ok=start.get("ok"),
                 rolled_back=bool(recovered.get("ok")) and recovered.get("kind") == "rollback",
                 pruned=list(prune.get("removed") or []), drain=drain.get("outcome"))
-    fact["line"] = head + ": " + ("; ".join(parts) if parts else ("no step" if not p.get("steps")
-                                                                 else ", ".join(p["steps"]) + " done"))
+    done = ", ".join(p["steps"]) + " done" if p.get("steps") else "no step"
+    fact["line"] = head + ": " + ("; ".join(parts) if parts else done)
     return fact
 
 

@@ -81,7 +81,7 @@ class FleetState(base.State):
         self._enter()
         aborted = False
         try:
-            for _ in range(max_tokens):
+            for _token in range(max_tokens):
                 time.sleep(TOKEN_SECONDS)
                 super().generate(1)
                 with self.gauge_lock:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build TEST DOUBLE vLLM wheels: the real release's Python files, the fleet-node double as `vllm`.
 
     python3 tests/support/double_vllm_wheel.py OUTDIR 0.17.0 0.18.0 0.18.0.post1=crash-at-start ...

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Kill site.yml's serve play at every step of an upgrade and of a rollback, then re-run (tests only).
 
 Run by molecule/fleet's verify on the controller, against the scenario's podman fleet:

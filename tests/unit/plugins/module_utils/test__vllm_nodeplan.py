@@ -137,8 +137,8 @@ CASES = [
     ("no GPU, converged", node(running=None, target=A), [], {"start": False}, [], "none"),
     ("reboot pending behind a router", node(target=A, reboot=True), LISTED, {},
      ["remove", "drain", "reboot", "restart", "health", "add"], "restart"),
-    ("alive without /metrics: no drain (nothing to read)", node(target=A, metrics=False,
-                                                                  files={"unit": T0 + 1, "env_file": 0}),
+    ("alive without /metrics: no drain (nothing to read)",
+     node(target=A, metrics=False, files={"unit": T0 + 1, "env_file": 0}),
      LISTED, {}, ["remove", "restart", "health", "add"], "restart"),
     ("store on a symlinked path: all real paths, converged", node(target=A), LISTED, {}, [], "none"),
 ]

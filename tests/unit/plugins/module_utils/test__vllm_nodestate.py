@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import venv
 
@@ -53,7 +52,7 @@ def test_the_env_of_a_running_process_is_its_real_path(store):
         # Switch the link while it runs: the process still reports the env it started from.
         os.unlink(link)
         os.symlink(store / "opt" / "ml-env.d" / "b", link)
-        env_after, _ = ns.process_env(ns.read_cmdline(proc.pid), link, os.lstat(link).st_mtime, started)
+        env_after, _reason = ns.process_env(ns.read_cmdline(proc.pid), link, os.lstat(link).st_mtime, started)
         assert env_after == env
         assert ns.link_view(link)["env"] == str(store / "nvme" / "envs" / "b")
     finally:
