@@ -93,13 +93,13 @@ def main() -> None:
             "vllm_weights_checkpoints": [{"name": "bench", "repo": "gpuserve-bench/model", "revision": COMMIT,
                                           "source": "mirror", "mirror_dir": "/srv/mirror/bench"}],
             "vllm_weights_staging_host": stage, "vllm_weights_reserve_bytes": 0, "vllm_weights_workers": 2})
-        warm, _ = play(inventory, "--limit", stage)
+        warm, _staging = play(inventory, "--limit", stage)
         print(f"staging host: manifest (hashing the mirror) and its own copy in {warm:.0f} s (not counted)")
         star = play(inventory, "-e", "vllm_weights_fanout=star")
         for host in fleet.hosts[1:]:
             fleet.exec(host, "rm -rf /srv/models/bench /srv/models/.gpuserve-weights/bench /var/lib/gpuserve/weights/bench/*.verified.json")
         tree = play(inventory)
-        noop, _ = play(inventory)
+        noop, _staging = play(inventory)
     finally:
         if not args.keep:
             fleet.destroy()

@@ -68,13 +68,19 @@ step_unit() { pytest_step unit tests/unit; }
 step_integration() { pytest_step integration tests/integration; }
 
 step_build() {
-  banner "collection build + install + playbook by FQCN"
+  banner "collection build + install + playbook by FQCN + execution environment"
   local tmp rc=0
   tmp="$(mktemp -d)"
   ansible-galaxy collection build --force --output-path "$tmp/dist" . &&
     ansible-galaxy collection install --offline --force -p "$tmp/installed" "$tmp"/dist/gpuserve-vllm-*.tar.gz &&
     ANSIBLE_COLLECTIONS_PATH="$tmp/installed:${ANSIBLE_COLLECTIONS_PATH#*:}" \
       ansible-playbook -i inventories/rehearsal gpuserve.vllm.site --syntax-check || rc=1
+  # Execution environments (AWX/AAP): ansible-builder finds the installed collection's own
+  # requirements (meta/execution-environment.yml) and renders the example EE's build context.
+  ansible-builder introspect --sanitize "$tmp/installed" | tee "$tmp/introspect.txt" &&
+    grep -q "from collection gpuserve.vllm" "$tmp/introspect.txt" &&
+    ansible-builder create -f docs/execution-environment.yml -c "$tmp/ee" &&
+    test -s "$tmp/ee/Containerfile" || rc=1
   rm -rf "$tmp"
   return $rc
 }

@@ -48,8 +48,8 @@ def test_vllm_loads_the_test_checkpoint_and_fails_on_a_truncated_shard(tmp_path:
     found = json.loads(run_python(python, PROBE % {"files": [str(f) for f in shards]}).strip().splitlines()[-1])
     timed("vLLM loads the 3-shard test checkpoint, then a truncated one", start)
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]
-    assert sorted(name for name, _, _ in found["complete"]["loaded"]) == sorted(index)
-    assert {dtype for _, _, dtype in found["complete"]["loaded"]} == {"torch.bfloat16"}
+    assert sorted(entry[0] for entry in found["complete"]["loaded"]) == sorted(index)
+    assert {entry[2] for entry in found["complete"]["loaded"]} == {"torch.bfloat16"}
     assert "error" in found["truncated"], found["truncated"]
     start = time.monotonic()
     problem = size_problem(str(shards[-1]))

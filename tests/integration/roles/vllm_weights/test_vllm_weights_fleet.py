@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -73,7 +72,7 @@ class Run:
                 if task.startswith("Stage - ") and not r.get("skipped") and "transfers" in r]
 
     def failure(self, name: str) -> str:
-        return " | ".join(r.get("msg", "") for _, r in self.results.get(host(name), []) if r.get("failed"))
+        return " | ".join(r.get("msg", "") for _task, r in self.results.get(host(name), []) if r.get("failed"))
 
     def explain(self) -> str:
         failed = {h: [(task, r.get("msg", ""), r.get("stderr", "")[-500:]) for task, r in items if r.get("failed")]
@@ -143,8 +142,8 @@ def test_fresh_fanout_tree(fleet: dict[str, t.Any]) -> None:
                               "n3": peer["n1"]}
     for name in NAMES:
         assert sums(fleet, name) == fleet["files"], name
-        link = fleet["fleet"].exec(host(name), f"readlink /srv/models/{TARGET}; stat -c %U /srv/models/{TARGET}/; "
-                                                f"ls -d {partial_dir()} 2>&1 || true").stdout.split("\n")
+        script = f"readlink /srv/models/{TARGET}; stat -c %U /srv/models/{TARGET}/; ls -d {partial_dir()} 2>&1 || true"
+        link = fleet["fleet"].exec(host(name), script).stdout.split("\n")
         assert link[0] == f".gpuserve-weights/{TARGET}/{TARGET_COMMIT}" and link[1] == "gpuserve-weights"
         assert "No such file" in link[2]
         meta = json.loads(fleet["fleet"].exec(host(name), f"cat /srv/models/{TARGET}/.gpuserve/manifest.json").stdout)

@@ -76,8 +76,8 @@ C = "0123456789abcdef0123456789abcdef01234567"
     ("K", ["must be a list of checkpoints, found str"]),
     (["K"], ["vllm_weights_checkpoints[0] must be a mapping"]),
     ([{"name": "K", "repo": "o/K", "revison": C}], ["unknown key(s) revison", "revision is empty"]),
-    ([{"name": "../K", "repo": "K", "revision": C}], ["name '../K' must be a plain directory name",
-                                                       "repo 'K' must be the Hub repository"]),
+    ([{"name": "../K", "repo": "K", "revision": C}],
+     ["name '../K' must be a plain directory name", "repo 'K' must be the Hub repository"]),
     ([{"name": "K", "repo": "o/K", "revision": "main", "source": "mirror"}],
      ["needs mirror_dir", "needs revision to be the 40-hex commit the mirror holds (found 'main')"]),
     ([{"name": "K", "repo": "o/K", "revision": C, "source": "url"}], ["source url needs base_url"]),
@@ -94,10 +94,10 @@ def test_checkpoints(items, fragments: list[str]) -> None:
 
 
 def test_checkpoint_defaults() -> None:
-    (hub,), _ = wp.checkpoints([{"name": "K", "repo": "o/K", "revision": C}])
+    (hub,), _problems = wp.checkpoints([{"name": "K", "repo": "o/K", "revision": C}])
     assert hub == {"name": "K", "repo": "o/K", "revision": C, "source": "hub", "mirror_dir": "",
                    "hub_tree_file": "", "base_url": "", "exclude": [], "manifest_source": "hub"}
-    (mirror,), _ = wp.checkpoints([{"name": "K", "repo": "o/K", "revision": C, "source": "mirror", "mirror_dir": "/m"}])
+    (mirror,), _problems = wp.checkpoints([{"name": "K", "repo": "o/K", "revision": C, "source": "mirror", "mirror_dir": "/m"}])
     assert mirror["manifest_source"] == "mirror"
-    (url,), _ = wp.checkpoints([{"name": "K", "repo": "o/K", "revision": C, "source": "url", "base_url": "http://m"}])
+    (url,), _problems = wp.checkpoints([{"name": "K", "repo": "o/K", "revision": C, "source": "url", "base_url": "http://m"}])
     assert url["manifest_source"] == "hub"

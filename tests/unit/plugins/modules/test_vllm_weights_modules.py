@@ -62,14 +62,14 @@ def test_manifest_from_the_hub_then_reused(tmp_path: Path, fake: FakeHub, monkey
 
 
 def test_manifest_in_check_mode_writes_nothing(tmp_path: Path, fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
-    result = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, endpoint=fake.endpoint,
-                                                                   _ansible_check_mode=True), monkeypatch)
+    args = manifest_args(tmp_path, endpoint=fake.endpoint, _ansible_check_mode=True)
+    result = run_module_main(vllm_weights_manifest, args, monkeypatch)
     assert result["changed"] and not Path(result["path"]).exists()
 
 
 def test_manifest_of_a_mirror_needs_a_commit(tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bad = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, revision="main", source="mirror",
-                                                                 mirror_dir=str(mirror)), monkeypatch)
+    args = manifest_args(tmp_path, revision="main", source="mirror", mirror_dir=str(mirror))
+    bad = run_module_main(vllm_weights_manifest, args, monkeypatch)
     assert bad["failed"] and "'main' is not a 40-hex commit" in bad["msg"]
     good = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror)),
                            monkeypatch)
@@ -79,14 +79,13 @@ def test_manifest_of_a_mirror_needs_a_commit(tmp_path: Path, mirror: Path, monke
 def test_manifest_from_a_saved_listing(tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     saved = tmp_path / "tree.json"
     saved.write_text(json.dumps(tc.hub_tree(mirror)))
-    result = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror),
-                                                                   hub_tree_file=str(saved), exclude=["*.json"]),
-                             monkeypatch)
+    args = manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror), hub_tree_file=str(saved), exclude=["*.json"])
+    result = run_module_main(vllm_weights_manifest, args, monkeypatch)
     assert result["manifest"]["source"] == "hub" and result["file_count"] == 3
     saved.write_text("[{")
     shutil.rmtree(tmp_path / "state")
-    bad = run_module_main(vllm_weights_manifest, manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror),
-                                                                hub_tree_file=str(saved)), monkeypatch)
+    args = manifest_args(tmp_path, source="mirror", mirror_dir=str(mirror), hub_tree_file=str(saved))
+    bad = run_module_main(vllm_weights_manifest, args, monkeypatch)
     assert bad["failed"] and bad["msg"].startswith(f"hub_tree_file: {saved} is not JSON")
 
 
