@@ -107,7 +107,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 unit:
-  description: C(load_state), C(active_state), C(sub_state), C(main_pid), C(n_restarts), C(started) (epoch seconds or null).
+  description:
+    - C(load_state), C(active_state), C(sub_state), C(main_pid), C(n_restarts), C(started) (epoch seconds or null).
+    - C(systemd) false on a host systemd does not run (no C(/run/systemd/system)): then the unit is C(not-found) and nothing runs.
   returned: always
   type: dict
 process:
@@ -171,13 +173,20 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_http import ht
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_unit import parse_systemctl_show
 
 
+# sd_booted(3): systemd runs the host exactly when this directory exists.
+SYSTEMD_RUNTIME = "/run/systemd/system"
+
+
 def _unit(module: AnsibleModule, service: str) -> dict:
+    if not os.path.isdir(SYSTEMD_RUNTIME):  # no systemd (a build container): no unit can run
+        return dict(ns.unit_view({"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead"}, 0, 0),
+                    systemd=False)
     argv = ["systemctl", "show", service] + [f"--property={p}" for p in ns.UNIT_FIELDS]
     rc, out, err = module.run_command(argv)
     mono, wall = ns.clocks()
     if rc != 0:
         module.fail_json(msg=f"systemctl show {service} failed (rc {rc}): {err.strip() or out.strip()}")
-    return ns.unit_view(parse_systemctl_show(out), mono, wall)
+    return dict(ns.unit_view(parse_systemctl_show(out), mono, wall), systemd=True)
 
 
 def _gpus(module: AnsibleModule, nvidia_smi: str) -> list:

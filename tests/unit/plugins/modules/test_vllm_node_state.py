@@ -1,0 +1,45 @@
+"""vllm_node_state on a host systemd does not run: nothing can run there, so nothing is refused.
+
+The env guards of vllm_install and eagle3_patches ask this module whether a running vLLM uses
+the env; a build host or container without systemd (PID 1 something else) must read as "no
+server", and a host with systemd whose systemctl fails must still fail loudly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gpuserve.vllm.plugins.modules import vllm_node_state
+
+from module_runner import run_module_main
+
+
+def _args(tmp_path: Path) -> dict:
+    env = tmp_path / "opt" / "ml-env.d" / "a"
+    (env / "bin").mkdir(parents=True)
+    (tmp_path / "opt" / "ml-env").symlink_to(env)
+    return {"link": str(tmp_path / "opt" / "ml-env"), "health_url": "", "metrics_url": "",
+            "journal": str(tmp_path / "plan.json"), "hold": str(tmp_path / "hold.json"),
+            "restart_marker": str(tmp_path / "restart")}
+
+
+def test_no_systemd_reads_as_nothing_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path / "no-such-dir"))
+    result = run_module_main(vllm_node_state, _args(tmp_path), monkeypatch)
+    assert not result.get("failed"), result
+    assert result["unit"]["systemd"] is False and result["unit"]["load_state"] == "not-found"
+    assert result["unit"]["main_pid"] == 0 and result["process"]["env"] == ""
+    assert result["link"]["env"] == str(tmp_path / "opt" / "ml-env.d" / "a")
+
+
+def test_systemd_whose_systemctl_fails_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    (tmp_path / "bin").mkdir()
+    systemctl = tmp_path / "bin" / "systemctl"
+    systemctl.write_text("#!/bin/sh\necho 'Failed to connect to bus: Host is down' >&2\nexit 1\n")
+    systemctl.chmod(0o755)
+    result = run_module_main(vllm_node_state, _args(tmp_path), monkeypatch)
+    assert result["failed"] and "systemctl show vllm.service failed (rc 1): Failed to connect to bus" in result["msg"]
