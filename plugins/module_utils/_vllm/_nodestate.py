@@ -1,7 +1,7 @@
 # Private to the gpuserve.vllm collection: not a public API, may change without notice.
 """What a node's vLLM is doing right now, read without changing anything (vllm_node_state).
 
-The serve plan (`_vllm_nodeplan`) decides from this and nothing else: which env the running
+The serve plan (`_nodeplan`) decides from this and nothing else: which env the running
 process uses (its interpreter path: uv and venv scripts name the env's real directory in their
 shebang, so the kernel puts it in argv[0]), when that process started (systemd's monotonic
 start timestamp, turned into epoch seconds), the env link and `<link>.previous` as real paths,
@@ -17,8 +17,8 @@ import os
 import time
 import typing as t
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _envstore as es
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_metrics import parse_prometheus
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _store as es
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._metrics import parse_prometheus
 
 UNIT_FIELDS = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts",
                "ExecMainStartTimestampMonotonic")

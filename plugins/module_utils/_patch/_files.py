@@ -39,7 +39,7 @@ import tempfile
 import time
 import typing as t
 
-from . import _pyenv
+from .._env import _pyenv
 
 RECORD_FORMAT = 1
 RECORDS_SUBDIR = "records"

@@ -30,11 +30,11 @@ import shutil
 import subprocess
 import typing as t
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _weights_hub as hub
-from ansible_collections.gpuserve.vllm.plugins.module_utils._envstore import fsync_dir, replace_symlink
-from ansible_collections.gpuserve.vllm.plugins.module_utils._weights_manifest import FileEntry, Manifest
-from ansible_collections.gpuserve.vllm.plugins.module_utils._weights_manifest import write as write_manifest
-from ansible_collections.gpuserve.vllm.plugins.module_utils._weights_verify import KEEP, Report, verify
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _hub as hub
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env._store import fsync_dir, replace_symlink
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._manifest import FileEntry, Manifest
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._manifest import write as write_manifest
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._verify import KEEP, Report, verify
 
 META_DIR = ".gpuserve"
 META_MANIFEST = f"{META_DIR}/manifest.json"

@@ -4,7 +4,7 @@
 An accepted verdict is stored under a key made of everything it depends on: the argv, the
 extra flags' names, the compute capability asked for, the code that judged it, the unit's
 environment (a secret's name only), and the fingerprint of the install, the checkpoints and the
-files the argv names (_vllm_preflight_key.py). Any change gives
+files the argv names (_preflight_key.py). Any change gives
 another key, so vLLM judges again; nothing is ever looked up by a partial match.
 
 The directory must belong to the user running the module and be closed to others (0700): an
@@ -24,7 +24,7 @@ import tempfile
 import time
 import typing as t
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_preflight_key import is_secret
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._preflight_key import is_secret
 
 FORMAT = 1
 KEEP = 16  # newest entries kept per directory

@@ -4,7 +4,7 @@
 ``collect`` takes the side effects (find a binary, run a command, read a file, ask libcuda) as
 arguments, so that recorded outputs of real nodes drive the unit tests. The parsing lives by
 concern in _nvidia_smi (query CSV, topology), _nvidia_driver (driver, CUDA, kernel module),
-_nvidia_xid (kernel log) and _gpu_pci (lspci, /proc/cmdline); the verdicts in _gpu_verdicts.
+_nvidia_xid (kernel log) and _pci (lspci, /proc/cmdline); the verdicts in _verdicts.
 Stdlib only, Python 3.9+, no Ansible imports: it runs on the managed node.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_pci as pci
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_driver as drv
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_smi as smi
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_xid as xid
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _pci as pci
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_driver as drv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_smi as smi
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_xid as xid
 
 CMDLINE_FILE = "/proc/cmdline"
 JOURNAL_ARGS = ["-k", "-b", "--no-pager", "-q"]

@@ -1,8 +1,8 @@
 # Private to the gpuserve.vllm collection: not a public API, may change without notice.
 """Pure logic behind the vllm_server role's unit: `vllm serve` flag rendering and systemd quoting.
 
-The rest lives beside it: _vllm_journal, _vllm_unit, _vllm_metrics, _vllm_http, _vllm_weights,
-_vllm_net.
+The rest lives beside it: _journal, _unit, _metrics, _http, _net, and ../_weights/_check (the
+checkpoint directory).
 
 Stdlib only, Python 3.9+, no Ansible imports: the modules run this on the managed node with
 whatever interpreter is there, and the filter plugins run it on the controller.

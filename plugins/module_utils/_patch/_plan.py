@@ -2,7 +2,7 @@
 """What python_patch does to each file: read it, run the edit engine, decide the record change.
 
 Stdlib only, no Ansible imports: FileJob is one file of a call; Plan is a mixin of PythonPatch
-(see _patchrun), which provides ``state_dir``, ``warn`` and ``_newer_syntax``.
+(see _run), which provides ``state_dir``, ``warn`` and ``_newer_syntax``.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import json
 import os
 import typing as t
 
-from . import _patchfiles as pf
-from . import _patchtxn as px
-from ._pyedit import (
+from . import _files as pf
+from . import _txn as px
+from .._pyedit import (
     STATUS_ALREADY,
     STATUS_APPLIED,
     STATUS_REVERTED,

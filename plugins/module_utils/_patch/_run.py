@@ -12,10 +12,10 @@ import os
 import sys
 import typing as t
 
-from . import _patchfiles as pf
-from . import _patchtxn as px
-from ._patchcheck import Checks
-from ._patchplan import FileJob, PatchFailed, Plan
+from . import _files as pf
+from . import _txn as px
+from ._check import Checks
+from ._plan import FileJob, PatchFailed, Plan
 
 
 class PythonPatch(Plan, Checks):

@@ -22,8 +22,8 @@ import tempfile
 import typing as t
 from stat import S_ISREG
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _safetensors as st
-from ansible_collections.gpuserve.vllm.plugins.module_utils._weights_manifest import (
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _safetensors as st
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._manifest import (
     FileEntry,
     Manifest,
     hash_file,

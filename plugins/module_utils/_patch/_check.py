@@ -1,7 +1,7 @@
 # Private to the gpuserve.vllm collection: not a public API, may change without notice.
 """The checks python_patch runs on new bytes, each bounded by check_timeout in its own process group.
 
-Stdlib only, no Ansible imports: a mixin of PythonPatch (see _patchrun), which provides
+Stdlib only, no Ansible imports: a mixin of PythonPatch (see _run), which provides
 ``params``, ``python``, ``timeout`` and ``jobs``.
 """
 
@@ -15,10 +15,10 @@ import sys
 import tempfile
 import typing as t
 
-from . import _patchtxn as px
-from . import _pyenv
-from ._patchplan import FileJob, PatchFailed
-from ._pyedit import STATUS_APPLIED, STATUS_REVERTED, SourceSyntaxError
+from . import _txn as px
+from .._env import _pyenv
+from ._plan import FileJob, PatchFailed
+from .._pyedit import STATUS_APPLIED, STATUS_REVERTED, SourceSyntaxError
 
 # Compiles every file given on stdin (JSON list of [name, base64 bytes]) in memory; prints the
 # interpreter's version and the SyntaxErrors as JSON. Runs under the target interpreter.

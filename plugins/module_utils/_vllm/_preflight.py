@@ -2,7 +2,7 @@
 """Pure logic around the vLLM serve preflight: which role variable set a flag, the refusal text,
 and the unit's environment read back from its EnvironmentFile= lines.
 
-The judging itself happens in _vllm_preflight_probe.py, inside the ml-env's interpreter. Stdlib
+The judging itself happens in _preflight_probe.py, inside the ml-env's interpreter. Stdlib
 only, no Ansible imports.
 """
 

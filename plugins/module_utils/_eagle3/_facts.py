@@ -20,7 +20,7 @@ import os
 import re
 import typing as t
 
-from . import _patchfiles as pf
+from .._patch import _files as pf
 
 # Files whose shape decides the action, relative to the vllm package directory.
 DEEPSEEK = "model_executor/models/deepseek_v2.py"
@@ -230,7 +230,7 @@ def markers(pkg: str) -> t.Tuple[t.Dict[str, bool], t.Dict[str, t.Any]]:
 
 
 def records(state_dir: str | None, paths: t.Iterable[str]) -> t.Dict[str, pf.Record]:
-    """python_patch's records for these real paths (read through _patchfiles); a record that
+    """python_patch's records for these real paths (read through _patch._files); a record that
     cannot be read counts as none, so the file is judged by its hash alone."""
     out = {}
     for path in paths if state_dir else ():

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import typing as t
 
-from . import _patchfiles as pf
+from . import _files as pf
 
 JOURNAL_SUBDIR = "journal"
 JOURNAL_FORMAT = 1

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_smi as smi
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_smi as smi
 
 DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
 LIBCUDA = "libcuda.so.1"

@@ -1,5 +1,5 @@
 # Private to the gpuserve.vllm collection: not a public API, may change without notice.
-"""Judge the facts of _gpu_facts.collect against what the inventory expects.
+"""Judge the facts of _facts.collect against what the inventory expects.
 
 Every problem names the option that relaxes it (the gpu_node role maps options to its variables)
 and says what an operator should do next; advisories are warnings that do not fail the node.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_pci as pci
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_driver as drv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _pci as pci
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_driver as drv
 
 HEALTH_CHOICES = ("fail", "warn")
 _OPEN_FIX = ("install the open kernel modules of the same branch (Ubuntu: nvidia-driver-%s-server-open; "

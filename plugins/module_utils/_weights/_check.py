@@ -11,7 +11,7 @@ import json
 import os
 import typing as t
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._safetensors import size_problem
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._safetensors import size_problem
 
 
 INDEX_NAME = "model.safetensors.index.json"
