@@ -87,7 +87,7 @@ def main() -> None:
     )
     try:
         report = _protect.protect(module.params["paths"], os.geteuid(), os.getegid(),
-                                     check=module.check_mode)
+                                  check=module.check_mode)
     except OSError as exc:
         module.fail_json(msg=f"could not give {exc.filename or 'an entry'} to uid "
                              f"{os.geteuid()}: {exc.strerror}; run the task with become: true")
