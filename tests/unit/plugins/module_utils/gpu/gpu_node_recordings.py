@@ -1,4 +1,4 @@
-"""A recorded GPU node for the _gpu_* / _nvidia_* tables: which tools exist and what they print.
+"""A recorded GPU node for the tables of module_utils/_gpu: which tools exist and what they print.
 
 The recordings live in tests/fixtures/gpu_node (test doubles; sources in its README).
 """
