@@ -2,7 +2,7 @@
 
 The canary's argv is made the way the role makes it: the example inventory's unit argv rendered
 by the vllm_server role's own variables (ansible-playbook), turned into the canary's by
-_vllm_canary (the filter's engine) with the public Kimi-K2.5 and EAGLE-3 drafter config.json
+_vllm._canary (the filter's engine) with the public Kimi-K2.5 and EAGLE-3 drafter config.json
 (tests/vllm_full/fixtures). The fake vLLM server TEST DOUBLE (tests/doubles/fake_vllm_server.py,
 told its canary port) runs it, with systemctl/journalctl test doubles following the process
 (tests/doubles/fake_systemd.py), and the role's own modules judge it through ansible-playbook:
@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "tests" / "doubles"))
 sys.path.insert(0, str(REPO / "collections"))
 from fake_systemd import make_fake_systemd  # noqa: E402  (test double helper)
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_canary as vc  # noqa: E402
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _canary as vc  # noqa: E402
 
 FIXTURES = REPO / "tests" / "vllm_full" / "fixtures"
 ROLE = REPO / "roles" / "vllm_server"

@@ -119,7 +119,7 @@ def main() -> None:
         # pylint: disable-next=import-outside-toplevel
         from ansible_collections.gpuserve.vllm.plugins.modules import python_patch as pp
         # pylint: disable-next=import-outside-toplevel
-        from ansible_collections.gpuserve.vllm.plugins.module_utils._patchrun import PythonPatch
+        from ansible_collections.gpuserve.vllm.plugins.module_utils._patch._run import PythonPatch
 
         # What ansible's module wrapper hands the module (2.19: arguments plus a JSON profile).
         basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()  # pylint: disable=protected-access

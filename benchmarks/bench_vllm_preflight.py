@@ -40,7 +40,7 @@ import vllm_full_env  # noqa: E402
 FIXTURES = REPO / "tests" / "vllm_full" / "fixtures"
 ROLE = REPO / "roles" / "vllm_server"
 EXAMPLE = REPO / "inventories" / "example" / "group_vars" / "gpu_nodes" / "main.yml"
-PROBE = "plugins/module_utils/_vllm_preflight_probe.py"
+PROBE = "plugins/module_utils/_vllm/_preflight_probe.py"
 
 
 def playbook(play: list, work: Path, env: dict | None = None) -> dict:

@@ -3,7 +3,7 @@
 """Filters the eagle3_patches role wires python_patch and its report with.
 
 They replace Jinja namespace() loops and nested conditionals; the logic is table-tested in
-module_utils/_eagle3_report.py.
+module_utils/_eagle3/_report.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _eagle3_report as er
+from ansible_collections.gpuserve.vllm.plugins.module_utils._eagle3 import _report as er
 
 
 def eagle3_patch_files(patchset: t.Sequence[t.Mapping[str, t.Any]], facts: t.Mapping[str, t.Any],

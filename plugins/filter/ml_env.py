@@ -8,13 +8,13 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _envstore
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _store
 
 
 def ml_env_name(content: t.Mapping[str, t.Any]) -> str:
     """content | ml_env_name -> `<label>-<12 hex of sha256 over its canonical JSON>`."""
     try:
-        return _envstore.env_name(content)
+        return _store.env_name(content)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"ml_env_name: {exc}") from exc
 

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters the vllm_server role starts its canary with.
 
-The canary's command line is made in table-tested Python (module_utils/_vllm_canary.py), not
+The canary's command line is made in table-tested Python (module_utils/_vllm/_canary.py), not
 in Jinja.
 """
 
@@ -12,7 +12,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_canary as vc
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _canary as vc
 
 
 def vllm_canary_plan(argv: t.Sequence[str], target: str, port: t.Any, layers: t.Any,

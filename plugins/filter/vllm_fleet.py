@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters site.yml's serve plays decide with: the node's plan, the routers' view of it.
 
-The decisions are table-tested Python (module_utils/_vllm_nodeplan.py, _vllm_fleet.py); the
+The decisions are table-tested Python (module_utils/_vllm/_nodeplan.py, _fleet.py); the
 plays only execute the steps the plan lists.
 """
 
@@ -12,8 +12,8 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_fleet as vf
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_nodeplan as vp
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _fleet as vf
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
 
 
 def vllm_node_plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:

@@ -13,10 +13,10 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _unit_hardening
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_net import bare_host, is_loopback
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_ranges import range_problems
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_server import (
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _unit_hardening
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._net import bare_host, is_loopback
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._ranges import range_problems
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._server import (
     ServerConfigError,
     serve_argv,
     speculative_config,

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters of the vllm_weights role's fan-out: who copies from whom in the next round.
 
-The plan is table-tested Python (module_utils/_weights_plan.py), not Jinja.
+The plan is table-tested Python (module_utils/_weights/_plan.py), not Jinja.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _weights_plan as wf
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _plan as wf
 
 
 def vllm_weights_checkpoints(items: t.Any) -> list[dict[str, t.Any]]:

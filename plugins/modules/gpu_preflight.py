@@ -325,11 +325,11 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_facts
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_pci
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_verdicts
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_driver
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_smi
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _facts
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _pci
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _verdicts
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_driver
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_smi
 
 
 # The node's files as the module_utils read them (a seam the tests replace).
@@ -346,9 +346,9 @@ def main() -> None:
             "min_driver_branch": {"type": "int"},
             "require_open_kernel_modules": {"type": "bool", "default": False},
             "allow_mig": {"type": "bool", "default": False},
-            "health_action": {"type": "str", "choices": list(_gpu_verdicts.HEALTH_CHOICES), "default": "fail"},
+            "health_action": {"type": "str", "choices": list(_verdicts.HEALTH_CHOICES), "default": "fail"},
             "ignore_xids": {"type": "list", "elements": "int", "default": []},
-            "acs": {"type": "str", "choices": list(_gpu_pci.ACS_CHOICES), "default": "warn"},
+            "acs": {"type": "str", "choices": list(_pci.ACS_CHOICES), "default": "warn"},
             "fail_on_problems": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
@@ -363,7 +363,7 @@ def main() -> None:
         return module.get_bin_path(name, required=False)
 
     try:
-        facts = _gpu_facts.collect(find, run, _reader, _nvidia_driver.libcuda_version)
+        facts = _facts.collect(find, run, _reader, _nvidia_driver.libcuda_version)
     except _nvidia_smi.GpuFactsError as exc:
         module.fail_json(msg="cannot read the GPU node facts: %s" % exc)
 
@@ -371,12 +371,12 @@ def main() -> None:
         "require_gpu", "expected_gpu_count", "expected_gpu_name", "expected_compute_capability",
         "min_driver_branch", "require_open_kernel_modules", "acs", "allow_mig", "health_action",
         "ignore_xids")}
-    problems, advisories = _gpu_verdicts.evaluate(facts, expect)
+    problems, advisories = _verdicts.evaluate(facts, expect)
     result: dict[str, t.Any] = dict(facts)
     result.update(
         changed=False,
         rehearsal=not facts["gpu_present"] and not params["require_gpu"],
-        acs_p2p_risk=_gpu_verdicts.acs_p2p_risk(facts),
+        acs_p2p_risk=_verdicts.acs_p2p_risk(facts),
         problems=problems,
         advisories=advisories,
     )

@@ -88,7 +88,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _envstore as es
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _store as es
 
 
 def main() -> None:

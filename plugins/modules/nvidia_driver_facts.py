@@ -91,7 +91,7 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_driver
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_driver
 
 
 # The node's files as the module_utils read them (a seam the tests replace).

@@ -111,7 +111,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _pyenv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _pyenv
 
 
 def main() -> None:

@@ -163,7 +163,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _pyenv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _pyenv
 
 
 def _tail(text: str, lines: int = 8) -> str:

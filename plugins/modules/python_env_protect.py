@@ -76,7 +76,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _envprotect
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _protect
 
 
 def main() -> None:
@@ -86,8 +86,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     try:
-        report = _envprotect.protect(module.params["paths"], os.geteuid(), os.getegid(),
-                                     check=module.check_mode)
+        report = _protect.protect(module.params["paths"], os.geteuid(), os.getegid(),
+                                  check=module.check_mode)
     except OSError as exc:
         module.fail_json(msg=f"could not give {exc.filename or 'an entry'} to uid "
                              f"{os.geteuid()}: {exc.strerror}; run the task with become: true")

@@ -301,9 +301,9 @@ options:
     default: 900
 notes:
   - The engine that locates and verifies edits lives in the collection's private
-    C(module_utils/_pyedit); the run in C(module_utils/_patchrun.py) (per-file planning in
-    C(_patchplan.py), checks in C(_patchcheck.py)), the transaction and journal in
-    C(_patchtxn.py), records, locks and atomic writes in C(_patchfiles.py).
+    C(module_utils/_pyedit); the run in C(module_utils/_patch/_run.py) (per-file planning in
+    C(_plan.py), checks in C(_check.py)), the transaction and journal in
+    C(_txn.py), records, locks and atomic writes in C(_files.py).
   - 'To find the record of a file, run C(grep -l "/the/file.py" <state_dir>/records/*.json).'
   - SELinux contexts are not managed; the rename keeps the directory's default context.
 seealso:
@@ -482,8 +482,8 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._patchplan import PatchFailed
-from ansible_collections.gpuserve.vllm.plugins.module_utils._patchrun import PythonPatch
+from ansible_collections.gpuserve.vllm.plugins.module_utils._patch._plan import PatchFailed
+from ansible_collections.gpuserve.vllm.plugins.module_utils._patch._run import PythonPatch
 
 
 def _edits_spec(**extra: t.Any) -> t.Dict[str, t.Any]:
@@ -514,7 +514,7 @@ def argument_spec() -> t.Dict[str, t.Any]:
 
 
 def main() -> None:
-    """Entry point: the run lives in module_utils/_patchrun.py; this translates for Ansible."""
+    """Entry point: the run lives in module_utils/_patch/_run.py; this translates for Ansible."""
     module = AnsibleModule(
         argument_spec=argument_spec(),
         mutually_exclusive=[["path", "files"], ["edits", "files"]],

@@ -91,9 +91,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_drain import DrainWatch
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_http import http_request
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_nodestate import gauges
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._drain import DrainWatch
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._http import http_request
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._nodestate import gauges
 
 
 def read(url: str) -> dict | None:

@@ -159,8 +159,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _eagle3_facts as ef
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _pyenv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._eagle3 import _facts as ef
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _pyenv
 
 
 def _model_types(module: AnsibleModule) -> list:

@@ -171,13 +171,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_http import format_duration, http_request
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_journal import (
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._http import format_duration, http_request
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._journal import (
     cause_hint,
     extract_root_cause,
     latest_meaningful_line,
 )
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_unit import (
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._unit import (
     UNIT_PROPERTIES,
     parse_systemctl_show,
     unit_death,

@@ -167,10 +167,10 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_nodestate as ns
-from ansible_collections.gpuserve.vllm.plugins.module_utils._nvidia_smi import memory_query_argv, parse_memory_csv
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_http import http_request
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_unit import parse_systemctl_show
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodestate as ns
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu._nvidia_smi import memory_query_argv, parse_memory_csv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._http import http_request
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._unit import parse_systemctl_show
 
 
 # sd_booted(3): systemd runs the host exactly when this directory exists.

@@ -218,21 +218,21 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import (
-    _pyenv,
-    _vllm_preflight_cache as cache,
-    _vllm_preflight_key,
-    _vllm_preflight_probe,
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _pyenv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import (
+    _preflight_cache as cache,
+    _preflight_key,
+    _preflight_probe,
 )
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_preflight import (
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._preflight import (
     flag_variables,
     refusal_message,
     unit_environment,
 )
 
 # The scripts' own sources (from the AnsiballZ payload on the node), run by the ml-env python.
-PROBE = inspect.getsource(_vllm_preflight_probe)
-KEY = inspect.getsource(_vllm_preflight_key)
+PROBE = inspect.getsource(_preflight_probe)
+KEY = inspect.getsource(_preflight_key)
 
 
 def run_probe(python: str, request: dict, timeout: int, source: str = PROBE,

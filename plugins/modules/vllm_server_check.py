@@ -108,8 +108,8 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_http import http_request
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_metrics import (
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._http import http_request
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._metrics import (
     spec_decode_counters,
     spec_decode_delta,
 )

@@ -96,7 +96,7 @@ directories:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_weights import check_weights_dir
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._check import check_weights_dir
 
 
 def main() -> None:

@@ -156,8 +156,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _weights_hub as hub
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _weights_manifest as wm
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _hub as hub
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _manifest as wm
 
 
 def _saved_tree(path: str) -> list:

@@ -134,8 +134,8 @@ commit:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _weights_manifest as wm
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _weights_stage as ws
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _manifest as wm
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _stage as ws
 
 
 def main() -> None:

@@ -6,8 +6,8 @@ It saves the raw outputs the preflight parses (nvidia-smi query CSV and ``topo -
 /proc/driver/nvidia/version, modinfo, /proc/cmdline, ``lspci -vvv``, ``journalctl -k -b`` or
 ``dmesg``, ``nvidia-smi --query-gpu=driver_version``, the libcuda CUDA version) into OUTDIR,
 plus the nvidia-smi banner and ``nvidia-smi -q`` for reference, so that new test fixtures come
-from real boxes; then prints the facts ``_gpu_facts.collect`` derives and the problems
-``_gpu_verdicts.evaluate`` raises for the RTX PRO 6000 expectations of the gpu_node role's defaults.
+from real boxes; then prints the facts ``_gpu._facts.collect`` derives and the problems
+``_gpu._verdicts.evaluate`` raises for the RTX PRO 6000 expectations of the gpu_node role's defaults.
 Exit status 1 when a parser could not read a recording it should have read.
 """
 
@@ -26,9 +26,9 @@ _ROOT = Path(tempfile.mkdtemp(prefix="gpuserve-recorder-"))
 (_ROOT / "ansible_collections" / "gpuserve").mkdir(parents=True)
 (_ROOT / "ansible_collections" / "gpuserve" / "vllm").symlink_to(Path(__file__).resolve().parents[2])
 sys.path.insert(0, str(_ROOT))
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_facts  # noqa: E402
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_verdicts  # noqa: E402
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_driver  # noqa: E402
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _facts  # noqa: E402
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _verdicts  # noqa: E402
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_driver  # noqa: E402
 
 ROLE_DEFAULTS = {
     "require_gpu": True, "expected_gpu_count": 8, "expected_gpu_name": "RTX PRO 6000",
@@ -64,13 +64,13 @@ def main(outdir: Path) -> int:
         (outdir / "libcuda-cuDriverGetVersion.txt").write_text("%s\n" % value)
         return value
 
-    facts = _gpu_facts.collect(shutil.which, run, read, cuda_query)
+    facts = _facts.collect(shutil.which, run, read, cuda_query)
     driver = _nvidia_driver.driver_facts(shutil.which, run, read, cuda_query)
     nvidia_smi = shutil.which("nvidia-smi")
     if nvidia_smi:  # for reference only: the preflight never reads these (banner text changes per branch)
         run([nvidia_smi])
         run([nvidia_smi, "-q"])
-    problems, advisories = _gpu_verdicts.evaluate(facts, ROLE_DEFAULTS)
+    problems, advisories = _verdicts.evaluate(facts, ROLE_DEFAULTS)
     report = {"facts": facts, "driver": driver, "problems_vs_role_defaults": problems, "advisories": advisories}
     (outdir / "facts.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))

@@ -1,7 +1,7 @@
 """The canary's command line judged by the real vLLM 0.17.0 (patched) and 0.18.0 (native), torch included.
 
 The example inventory's argv is rendered by the vllm_server role's own variables (as in
-test_preflight.py), turned into the canary's by _vllm_canary (what the role's filter calls), and
+test_preflight.py), turned into the canary's by _vllm._canary (what the role's filter calls), and
 then, in each real env:
 - vLLM's own `vllm serve` parser takes it (the preflight probe's parser stage, CPU platform);
 - vLLM's ModelConfig built from it has the reduced layer count in the NESTED text config
@@ -24,17 +24,17 @@ import pytest
 from conftest import FIXTURES, NATIVE, REPO, env_python, playbook, run_python, timed
 
 sys.path.insert(0, str(REPO / "collections"))
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _vllm_canary as vc  # noqa: E402
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _canary as vc  # noqa: E402
 
 ROLE = REPO / "roles" / "vllm_server"
 EXAMPLE = REPO / "inventories" / "example" / "group_vars" / "gpu_nodes" / "main.yml"
-PROBE_DIR = REPO / "plugins" / "module_utils"
+PROBE_DIR = REPO / "plugins" / "module_utils" / "_vllm"
 TARGET_ENV = "/opt/ml-env.d/vllm-canary-test"
 
 CHECK = """
 import json, sys, types
 sys.path.insert(0, %(probe_dir)r)
-import _vllm_preflight_probe as pp
+import _preflight_probe as pp
 argv = json.loads(%(argv)r)
 probe = pp.Probe({"argv": argv})
 probe.platform()

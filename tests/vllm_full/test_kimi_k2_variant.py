@@ -9,7 +9,7 @@ vLLM keeps the file's value: hf_text_config.model_type is then `kimi_k2`. What t
   lines 768-789 in 0.17.0, the `aux_hidden_states_supported` substring test; `deepseek_v3` does
   not occur in `kimi_k2`);
 - 0.17.0 patched by eagle3_patches: the role derives the allow-list entry from the checkpoint's
-  config.json (`_eagle3_facts.model_types`, here `kimi_k2`; without a config its default list
+  config.json (`_eagle3._facts.model_types`, here `kimi_k2`; without a config its default list
   has both), so the patched vLLM accepts it; a vLLM patched for `deepseek_v3` only would not;
 - 0.18.0: native, its list holds deepseek_v3, kimi_k2 and kimi_k25.
 """
@@ -27,7 +27,7 @@ from conftest import (FIXTURES, NATIVE, PATCHED, REPO, env_python, overlay_pytho
                       playbook, run_python, timed)
 
 sys.path.insert(0, str(REPO / "collections"))  # the committed link tree, as tests/unit does
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _eagle3_facts  # noqa: E402
+from ansible_collections.gpuserve.vllm.plugins.module_utils._eagle3 import _facts  # noqa: E402
 
 ROLE = REPO / "roles" / "vllm_server"
 EXAMPLE = REPO / "inventories" / "example" / "group_vars" / "gpu_nodes" / "main.yml"
@@ -71,7 +71,7 @@ def kimi_k2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def overlay(kimi_k2: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """0.17.0 patched by the role's patch set for the allow-list the role derives from it."""
-    types = _eagle3_facts.model_types(json.loads((kimi_k2 / "config.json").read_text()), [])
+    types = _facts.model_types(json.loads((kimi_k2 / "config.json").read_text()), [])
     assert types == ["kimi_k2"]
     _python, path, result = patch_overlay(tmp_path_factory.mktemp("vllm-0.17.0-kimi_k2"),
                                           types, "kimi_k2")
@@ -117,7 +117,7 @@ def _preflight(label: str, version: str, argv: list[str], work: Path,
 def test_role_default_allow_list_covers_both_types() -> None:
     text = DEFAULTS.read_text()
     assert "  - kimi_k2\n" in text and "  - deepseek_v3\n" in text
-    assert _eagle3_facts.model_types(None, ["kimi_k2", "deepseek_v3"]) == ["kimi_k2", "deepseek_v3"]
+    assert _facts.model_types(None, ["kimi_k2", "deepseek_v3"]) == ["kimi_k2", "deepseek_v3"]
 
 
 def test_patched_0_17_accepts_kimi_k2(kimi_k2: Path, overlay: Path) -> None:

@@ -24,7 +24,7 @@ from conftest import (FIXTURES, NATIVE, NEWEST, PATCHED, REPO, env_python, overl
 
 ROLE = REPO / "roles" / "vllm_server"
 EXAMPLE = REPO / "inventories" / "example" / "group_vars" / "gpu_nodes" / "main.yml"
-PROBE_FILE = REPO / "plugins" / "module_utils" / "_vllm_preflight_probe.py"
+PROBE_FILE = REPO / "plugins" / "module_utils" / "_vllm" / "_preflight_probe.py"
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from conftest import PATCHED, REPO, env_python, run_python, timed
 
 sys.path[:0] = [str(REPO / "tests" / "support"), str(REPO / "collections")]
 import tiny_checkpoint as tc  # noqa: E402
-from ansible_collections.gpuserve.vllm.plugins.module_utils._safetensors import size_problem  # noqa: E402
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._safetensors import size_problem  # noqa: E402
 
 # One process (vLLM's import dominates): load the complete checkpoint, cut 1000 bytes off the
 # last shard, load again.

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_net import is_loopback
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm_ranges import range_problems
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._net import is_loopback
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._ranges import range_problems
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
                                 reason="needs ansible-playbook (source tests/env.sh)")

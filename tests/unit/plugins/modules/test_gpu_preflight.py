@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _gpu_facts
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_driver
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _facts
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_driver
 from ansible_collections.gpuserve.vllm.plugins.modules import gpu_preflight
 
 from module_runner import run_module_main
@@ -44,7 +44,7 @@ def node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> t.Callable[..., dic
         monkeypatch.setenv("GPU_NODE_DOUBLE_FIXTURES", str(FIXTURES))
         for key, value in env.items():
             monkeypatch.setenv("GPU_NODE_DOUBLE_" + key.upper(), value)
-        files = {_gpu_facts.CMDLINE_FILE: cmdline, _nvidia_driver.DRIVER_VERSION_FILE: proc_version}
+        files = {_facts.CMDLINE_FILE: cmdline, _nvidia_driver.DRIVER_VERSION_FILE: proc_version}
 
         def reader(path: str) -> str | None:
             name = files.get(path)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _nvidia_driver
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_driver
 from ansible_collections.gpuserve.vllm.plugins.modules import nvidia_driver_facts
 
 from module_runner import run_module_main

@@ -24,7 +24,7 @@ import pytest
 
 from ansible.module_utils import basic
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _patchfiles as pf
+from ansible_collections.gpuserve.vllm.plugins.module_utils._patch import _files as pf
 from ansible_collections.gpuserve.vllm.plugins.modules import python_patch
 
 from module_runner import run_module_main

@@ -1,4 +1,4 @@
-"""The eagle3 facts logic (plugins/module_utils/_eagle3_facts.py) as tables.
+"""The eagle3 facts logic (plugins/module_utils/_eagle3/_facts.py) as tables.
 
 AST facts are read from the real wheels' files; the decision is a pure function of the facts,
 tested with one row per situation an operator meets.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _eagle3_facts as facts_script
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _patchfiles as pf
+from ansible_collections.gpuserve.vllm.plugins.module_utils._eagle3 import _facts as facts_script
+from ansible_collections.gpuserve.vllm.plugins.module_utils._patch import _files as pf
 
 from tests.support import eagle3_checks as ec
 from tests.support.vllm_wheels import wheel_file

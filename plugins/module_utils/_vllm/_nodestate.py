@@ -1,0 +1,155 @@
+# Private to the gpuserve.vllm collection: not a public API, may change without notice.
+"""What a node's vLLM is doing right now, read without changing anything (vllm_node_state).
+
+The serve plan (`_nodeplan`) decides from this and nothing else: which env the running
+process uses (its interpreter path: uv and venv scripts name the env's real directory in their
+shebang, so the kernel puts it in argv[0]), when that process started (systemd's monotonic
+start timestamp, turned into epoch seconds), the env link and `<link>.previous` as real paths,
+which envs are built, the mtimes of the files a restart must follow, the journal a killed run
+left, a rollback hold, and the server's own /health and /metrics.
+Stdlib only, Python 3.9+, no Ansible imports: it runs on the managed node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import typing as t
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _store as es
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._metrics import parse_prometheus
+
+UNIT_FIELDS = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts",
+               "ExecMainStartTimestampMonotonic")
+GAUGE_RUNNING = "vllm:num_requests_running"
+GAUGE_WAITING = "vllm:num_requests_waiting"
+# Counters that grow while the engine makes progress on any request (prefill or decode).
+PROGRESS_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+
+
+class StateError(ValueError):
+    """A file the node keeps cannot be read as what it should be; the message names it."""
+
+
+def unit_view(props: t.Mapping[str, str], mono_now: float, wall_now: float) -> dict[str, t.Any]:
+    """systemctl show's properties as the plan reads them; `started` in epoch seconds."""
+    def number(key: str) -> int:
+        try:
+            return int(props.get(key) or 0)
+        except ValueError:
+            return 0
+    started_mono = number("ExecMainStartTimestampMonotonic")
+    return {
+        "load_state": props.get("LoadState", ""),
+        "active_state": props.get("ActiveState", ""),
+        "sub_state": props.get("SubState", ""),
+        "main_pid": number("MainPID"),
+        "n_restarts": number("NRestarts"),
+        "started": (wall_now - mono_now + started_mono / 1e6) if started_mono else None,
+    }
+
+
+def process_env(argv: t.Sequence[str], link: str, link_changed: float | None,
+                started: float | None) -> tuple[str, str]:
+    """(real path of the env the process runs from, note) from its argv.
+
+    argv[0] is the interpreter the script's shebang named. When that path goes through the
+    stable link itself (a unit whose ExecStart names <link>/bin/python), the env it resolved at
+    start is the link's current one only if the link has not changed since: otherwise "" and a
+    note say it cannot be told.
+    """
+    if not argv or not os.path.isabs(argv[0]):
+        return "", f"argv[0] {argv[0] if argv else '(none)'!r} is not an absolute interpreter path"
+    bindir = os.path.dirname(os.path.normpath(argv[0]))
+    if os.path.basename(bindir) != "bin":
+        return "", f"the process runs {argv[0]}, not an env's bin/ interpreter"
+    env = os.path.dirname(bindir)
+    link = os.path.normpath(link) if link else ""
+    if link and (env == link or env.startswith(link + os.sep)):
+        if link_changed is not None and started is not None and link_changed > started:
+            return "", (f"the process runs {argv[0]} through {link}, which changed after it "
+                        "started: its env cannot be told")
+    return os.path.realpath(env), ""
+
+
+def read_cmdline(pid: int, proc: str = "/proc") -> list[str]:
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return []
+    return [part.decode("utf-8", "surrogateescape") for part in raw.split(b"\0") if part]
+
+
+def link_view(path: str) -> dict[str, str]:
+    """A link, dangling link, real directory or nothing; `env` is always a real path."""
+    state = es.read_link(path)
+    return {"path": path, "kind": state.kind,
+            "env": os.path.realpath(path) if state.kind in ("link", "dir") else ""}
+
+
+def mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def read_record(path: str) -> dict[str, t.Any] | None:
+    """A JSON record the serve play wrote atomically (journal, hold); None when absent."""
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise StateError(f"{path} cannot be read as JSON ({exc}); it is written atomically by "
+                         "gpuserve.vllm, so something else changed it: check which env serves, "
+                         "then remove the file and re-run") from exc
+    if not isinstance(data, dict):
+        raise StateError(f"{path} holds {type(data).__name__}, not a JSON object; remove it and re-run")
+    return data
+
+
+def reboot_view(path: str) -> dict[str, t.Any]:
+    if not path or not os.path.exists(path):
+        return {"pending": False, "reason": ""}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            reason = handle.readline().strip()
+    except OSError as exc:
+        reason = f"unreadable: {exc}"
+    return {"pending": True, "reason": reason}
+
+
+def gauges(text: str) -> dict[str, t.Any]:
+    """vLLM's running/waiting gauges and its token counters, summed over engines."""
+    samples = parse_prometheus(text)
+
+    def total(name: str) -> float | None:
+        rows = samples.get(name)
+        return None if rows is None else sum(value for _labels, value in rows)
+
+    running, waiting = total(GAUGE_RUNNING), total(GAUGE_WAITING)
+    counters = [total(name) for name in PROGRESS_COUNTERS]
+    return {
+        "present": running is not None or waiting is not None,
+        "running": running or 0.0,
+        "waiting": waiting or 0.0,
+        "progress": sum(c for c in counters if c is not None) if any(c is not None for c in counters) else None,
+    }
+
+
+def envs_view(paths: t.Iterable[str]) -> dict[str, dict[str, bool]]:
+    """For each env named anywhere in the state: whether it is built (bin/vllm exists)."""
+    view: dict[str, dict[str, bool]] = {}
+    for path in paths:
+        if path and path not in view:
+            view[path] = {"exists": os.path.isdir(path),
+                          "built": os.path.exists(os.path.join(path, "bin", "vllm"))}
+    return view
+
+
+def clocks() -> tuple[float, float]:
+    return time.monotonic(), time.time()

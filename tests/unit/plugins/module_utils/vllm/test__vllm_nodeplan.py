@@ -1,0 +1,302 @@
+"""Tables for the serve plan of one node (plugins/module_utils/_vllm/_nodeplan.py).
+
+Each row is a state a node can be found in -- after a clean run, a killed one, a crash, a
+rollback -- and the steps the next run must take from it. The states are built the way
+vllm_node_state reports them (tests/unit/plugins/modules/test_vllm_node_state.py checks that
+shape against a real process).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
+
+A, B, C = "/opt/ml-env.d/vllm-0.17.0-aaaa", "/opt/ml-env.d/vllm-0.18.0-bbbb", "/opt/ml-env.d/vllm-0.19.0-cccc"
+T0 = 1_700_000_000.0  # when the running server started
+
+
+def node(*, running: str | None = A, healthy: bool = True, link: str = A, previous: str = "",
+         target: str = "", journal: dict | None = None, hold: dict | None = None,
+         files: dict | None = None, built: tuple = (A, B, C), gpus: list | None = None,
+         metrics: bool | None = None, unit: str = "loaded", reboot: bool = False,
+         sub: str | None = None) -> dict:
+    """A vllm_node_state result: `running` is the env of the live process (None: not running)."""
+    alive = running is not None
+    return {
+        "unit": {"load_state": unit, "active_state": "active" if alive else "failed",
+                 "sub_state": sub or ("running" if alive else "failed"), "main_pid": 4242 if alive else 0,
+                 "started": T0 if alive else None},
+        "process": {"env": running or "", "started": T0 if alive else None},
+        "link": {"path": "/opt/ml-env", "kind": "link" if link else "absent", "env": link},
+        "previous": {"path": "/opt/ml-env.previous", "kind": "link" if previous else "absent", "env": previous},
+        "target": {"path": target, "env": target},
+        "envs": {e: {"exists": True, "built": True} for e in built},
+        "files": files or {"unit": T0 - 100, "env_file": T0 - 100, "restart_marker": None},
+        "journal": journal, "hold": hold,
+        "reboot": {"pending": reboot, "reason": "new kernel command line" if reboot else ""},
+        "health": {"status": 200 if alive and healthy else None, "error": "" if alive and healthy else "refused"},
+        "metrics": {"reachable": alive if metrics is None else metrics},
+        "gpus": gpus or [],
+    }
+
+
+LISTED = [{"name": "router01", "reachable": True, "listed": True, "healthy": True}]
+UNLISTED = [{"name": "router01", "reachable": True, "listed": False, "healthy": False}]
+LISTED_UNHEALTHY = [{"name": "router01", "reachable": True, "listed": True, "healthy": False}]
+DOWN = [{"name": "router01", "reachable": False, "error": "Connection refused"}]
+
+
+def plan(observed: dict, routers: list | None = None, **kw) -> dict:
+    state = {"observed": observed, "routers": routers or [], "start": kw.pop("start", True),
+             "rendered": kw.pop("rendered", {}), "requests": kw.pop("requests", {}),
+             "canary": kw.pop("canary", {"enabled": True, "stop_server": "auto", "batch_size": 1,
+                                         "hosts_count": 1, "gpu_memory_gib": 16}),
+             "check_mode": kw.pop("check_mode", False), "now": T0 + 500}
+    assert not kw
+    return vp.plan(state)
+
+
+CASES = [
+    # (id, observed, routers, extra, steps, action)
+    ("converged", node(target=A), LISTED, {}, [], "none"),
+    ("converged without routers", node(), [], {}, [], "none"),
+    ("stranded: healthy, not in the router", node(target=A), UNLISTED, {}, ["add"], "add"),
+    ("router lists it unhealthy: wait until it sees it healthy", node(), LISTED_UNHEALTHY, {}, ["add"], "add"),
+    ("upgrade behind a router", node(target=B), LISTED, {},
+     ["remove", "drain", "stop", "canary", "switch", "restart", "health", "add"], "upgrade"),
+    ("upgrade, unrouted, one node in the play: canary beside (GPU memory free)",
+     node(target=B, gpus=[{"index": 0, "total_mib": 97887, "free_mib": 40000}]), [], {},
+     ["canary", "switch", "restart", "health"], "upgrade"),
+    ("upgrade, unrouted, batch smaller than the play: server stops for the canary",
+     node(target=B), [], {"canary": {"stop_server": "auto", "batch_size": 1, "hosts_count": 3}},
+     ["stop", "canary", "switch", "restart", "health"], "upgrade"),
+    ("upgrade with the canary off", node(target=B), LISTED, {"canary": {"enabled": False}},
+     ["remove", "drain", "switch", "restart", "health", "add"], "upgrade"),
+    ("dead node behind a router: no drain", node(running=None, target=A), LISTED, {},
+     ["remove", "restart", "health", "add"], "start"),
+    ("dead node, router not listing it", node(running=None, target=A), UNLISTED, {},
+     ["restart", "health", "add"], "start"),
+    ("fresh node (no unit yet), routers not serving: unrouted start",
+     node(running=None, unit="not-found", target=A), DOWN, {}, ["restart", "health"], "start"),
+    ("dead node with an upgrade pending: canary with nothing running",
+     node(running=None, target=B), LISTED, {}, ["remove", "canary", "switch", "restart", "health", "add"], "upgrade"),
+    ("loading (alive, not healthy yet): wait, no restart", node(healthy=False), LISTED_UNHEALTHY, {},
+     ["health", "add"], "wait"),
+    ("killed between switch and restart: restart onto the new env, no new canary",
+     node(running=A, link=B, previous=A, target=B,
+          journal={"action": "upgrade", "from": A, "to": B, "canary_ok": True, "previous": ""}), UNLISTED, {},
+     ["drain", "restart", "health", "add"], "upgrade"),
+    ("killed after the restart: only the health wait and the add",
+     node(running=B, healthy=False, link=B, previous=A, target=B,
+          journal={"action": "upgrade", "from": A, "to": B, "canary_ok": True}), UNLISTED, {},
+     ["health", "add"], "wait"),
+    ("killed after the canary stopped the server: not running, canary again",
+     node(running=None, link=A, target=B, journal={"action": "upgrade", "from": A, "to": B, "canary_ok": False}),
+     UNLISTED, {}, ["canary", "switch", "restart", "health", "add"], "upgrade"),
+    ("killed right after leaving the router: the rest of the upgrade",
+     node(target=B, journal={"action": "upgrade", "from": A, "to": B, "canary_ok": False}), UNLISTED, {},
+     ["drain", "stop", "canary", "switch", "restart", "health", "add"], "upgrade"),
+    ("unit written after the server started (killed before the restart)",
+     node(target=A, files={"unit": T0 + 10, "env_file": T0 - 100, "restart_marker": None}), LISTED, {},
+     ["remove", "drain", "restart", "health", "add"], "restart"),
+    ("restart request older than the running server: already done",
+     node(target=A, files={"unit": T0 - 100, "env_file": T0 - 100, "restart_marker": T0 - 5}), LISTED, {}, [], "none"),
+    ("restart request written after the server started",
+     node(target=A, files={"unit": T0 - 100, "env_file": T0 - 100, "restart_marker": T0 + 5}), LISTED, {},
+     ["remove", "drain", "restart", "health", "add"], "restart"),
+    ("unit would change (check-mode render)", node(target=A), LISTED, {"rendered": {"unit_changed": True}},
+     ["remove", "drain", "restart", "health", "add"], "restart"),
+    ("rollback on demand: drained switch to .previous, no canary", node(link=B, running=B, previous=A, target=B),
+     LISTED, {"requests": {"rollback": True}}, ["remove", "drain", "switch", "restart", "health", "add"], "rollback"),
+    ("rollback asked again after it was done: one-shot, nothing",
+     node(link=A, running=A, previous=B, target=B, hold={"from": B, "to": A, "at": "2026-12-01T10:00:00Z"}),
+     LISTED, {"requests": {"rollback": True}}, [], "none"),
+    ("after a rollback by hand a plain re-run holds the env",
+     node(link=A, running=A, previous=B, target=B, hold={"from": B, "to": A, "at": "2026-12-01T10:00:00Z"}),
+     LISTED, {}, [], "hold"),
+    ("after a rollback, new pins (another env) upgrade as usual",
+     node(link=A, running=A, previous=B, target=C, hold={"from": B, "to": A, "at": "x"}), LISTED, {},
+     ["remove", "drain", "stop", "canary", "switch", "restart", "health", "add"], "upgrade"),
+    ("rollforward lifts the hold", node(link=A, running=A, previous=B, target=B, hold={"from": B, "to": A}),
+     LISTED, {"requests": {"rollforward": True}},
+     ["remove", "drain", "stop", "canary", "switch", "restart", "health", "add"], "upgrade"),
+    ("killed rollback, re-run without the flag: finished, not flipped forward",
+     node(link=A, running=B, previous=B, target=B, journal={"action": "rollback", "from": B, "to": A}), UNLISTED, {},
+     ["drain", "restart", "health", "add"], "rollback"),
+    ("killed upgrade before its restart, then a rollback asked: only the link goes back",
+     node(link=B, running=A, previous=A, target=B, journal={"action": "upgrade", "from": A, "to": B}), LISTED,
+     {"requests": {"rollback": True}}, ["switch", "health"], "rollback"),
+    ("canary on demand behind a router: drained, stopped, started again",
+     node(target=""), LISTED, {"requests": {"canary": True}},
+     ["remove", "drain", "stop", "canary", "restart", "health", "add"], "canary"),
+    ("canary on demand, unrouted, fits beside", node(gpus=[{"index": 0, "total_mib": 97887, "free_mib": 60000}]),
+     [], {"requests": {"canary": True}}, ["canary"], "canary"),
+    ("no GPU (vllm_server_start false): switch only, nothing starts",
+     node(running=None, target=B), [], {"start": False}, ["switch"], "switch"),
+    ("no GPU, converged", node(running=None, target=A), [], {"start": False}, [], "none"),
+    ("reboot pending behind a router", node(target=A, reboot=True), LISTED, {},
+     ["remove", "drain", "reboot", "restart", "health", "add"], "restart"),
+    ("alive without /metrics: no drain (nothing to read)",
+     node(target=A, metrics=False, files={"unit": T0 + 1, "env_file": 0}),
+     LISTED, {}, ["remove", "restart", "health", "add"], "restart"),
+    ("store on a symlinked path: all real paths, converged", node(target=A), LISTED, {}, [], "none"),
+]
+
+
+@pytest.mark.parametrize("observed, routers, extra, steps, action", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_steps(observed, routers, extra, steps, action):
+    result = plan(observed, routers, **extra)
+    assert result["steps"] == steps, result["line"]
+    assert result["action"] == action, result["line"]
+
+
+def test_every_stop_is_followed_by_a_start():
+    for _id, observed, routers, extra, _steps, _action in CASES:
+        steps = plan(observed, routers, **extra)["steps"]
+        for stopper in ("stop", "reboot"):
+            if stopper in steps:
+                assert "restart" in steps[steps.index(stopper):], _id
+        if "remove" in steps:
+            assert steps[-1] == "add", _id
+
+
+def test_failed_start_rolls_back_to_the_env_that_served_and_restores_previous():
+    result = plan(node(target=B, previous="/opt/ml-env.d/vllm-0.16.0-zzzz",
+                       built=(A, B, "/opt/ml-env.d/vllm-0.16.0-zzzz")), LISTED)
+    assert result["rollback_to"] == A
+    assert result["rollback_previous"] == "/opt/ml-env.d/vllm-0.16.0-zzzz"
+    journal = result["journal"]
+    assert journal["from"] == A and journal["to"] == B and journal["previous"].endswith("0.16.0-zzzz")
+
+
+def test_resumed_plan_keeps_the_previous_of_before_the_switch():
+    result = plan(node(running=A, link=B, previous=A, target=B,
+                       journal={"action": "upgrade", "from": A, "to": B, "canary_ok": True,
+                                "previous": "/opt/ml-env.d/old"}), UNLISTED)
+    assert result["rollback_to"] == A
+    assert result["rollback_previous"] == "/opt/ml-env.d/old"
+    assert result["journal"]["canary_ok"] is True
+    assert "resumed" in result["line"]
+
+
+def test_plain_restart_has_no_rollback_target():
+    assert plan(node(target=A), LISTED, rendered={"unit_changed": True})["rollback_to"] == ""
+
+
+def test_converged_node_writes_no_journal():
+    result = plan(node(target=A), LISTED)
+    assert result["journal"] is None and not result["changes"]
+
+
+@pytest.mark.parametrize("observed, extra, match", [
+    (node(target=B, built=(A,)), {}, "has no bin/vllm: it was not built"),
+    (node(link="", running=None), {}, "nothing to serve"),
+    (node(previous=""), {"requests": {"rollback": True}}, "no env to roll back to"),
+    (node(previous=C, built=(A,)), {"requests": {"rollback": True}}, "previous env .* has no bin/vllm"),
+    (node(target=B, gpus=[{"index": 0, "total_mib": 97887, "free_mib": 9000}]), {},
+     r"canary beside the live server does not fit: GPU 0 has 8.8 GiB free of 95.6 GiB; the canary "
+     r"needs 16 GiB .*Nothing was stopped. Set vllm_server_canary_stop_server: true"),
+    (node(target=B), {}, r"does not fit: no GPU's free memory could be read"),
+    (node(target=B), {"canary": {"stop_server": "maybe"}}, "vllm_server_canary_stop_server must be one of"),
+])
+def test_refusals_before_anything_changes(observed, extra, match):
+    with pytest.raises(vp.PlanError, match=match):
+        plan(observed, [], **extra)
+
+
+def test_check_mode_plans_a_switch_to_an_env_not_built_yet():
+    result = plan(node(target=B, built=(A,)), LISTED, check_mode=True)
+    assert "switch" in result["steps"]
+
+
+@pytest.mark.parametrize("gpus, need, ok, util", [
+    ([{"index": 0, "total_mib": 97887, "free_mib": 40000}, {"index": 1, "total_mib": 97887, "free_mib": 30000}], 16, True, 0.29),
+    ([{"index": 0, "total_mib": 97887, "free_mib": 17000}], 16, False, 0.16),
+    ([{"index": 0, "total_mib": 97887, "free_mib": 1000}], 1, False, 0.0),
+    ([], 16, False, None),
+    ([{"index": 0, "total_mib": 0, "free_mib": 10}], 16, False, None),
+])
+def test_canary_memory(gpus, need, ok, util):
+    result = vp.canary_memory(gpus, need)
+    assert result["ok"] is ok
+    assert result["utilization"] == util
+
+
+def test_canary_memory_refuses_a_bad_need():
+    with pytest.raises(vp.PlanError, match="vllm_server_canary_gpu_memory_gib must be a positive number"):
+        vp.canary_memory([], "lots")
+
+
+def test_line_names_the_steps_and_why():
+    line = plan(node(target=B), LISTED)["line"]
+    assert line.startswith("upgrade vllm-0.17.0-aaaa -> vllm-0.18.0-bbbb: remove, drain, stop, canary with the "
+                           "server stopped, switch, restart, health, add")
+    assert "a failed start rolls back to vllm-0.17.0-aaaa" in line
+    assert "routers router01: listed, healthy" in line
+    unrouted = plan(node(running=None, unit="not-found", target=A), DOWN)["line"]
+    assert "unrouted: no router serves yet (router01: Connection refused)" in unrouted
+
+
+@pytest.mark.parametrize("outcomes, steps", [
+    ({"canary": {"ok": False}}, []),
+    ({"start": {"ok": False, "stage": "start"}}, ["restore", "start"]),
+    ({"start": {"ok": False, "stage": "check"}}, ["restore", "start"]),
+])
+def test_recovery_of_an_upgrade(outcomes, steps):
+    p = plan(node(target=B, gpus=[{"index": 0, "total_mib": 97887, "free_mib": 50000}]), [])
+    assert vp.recovery(p, outcomes)["steps"] == steps
+
+
+@pytest.mark.parametrize("outcomes, stop_on_failure, steps", [
+    ({"start": {"ok": False, "stage": "start"}}, True, ["stop"]),
+    ({"start": {"ok": False, "stage": "start"}}, False, []),
+    ({"start": {"ok": False, "stage": "check"}}, True, []),
+    ({"start": {"ok": True}}, True, []),
+])
+def test_recovery_of_a_restart(outcomes, stop_on_failure, steps):
+    p = plan(node(target=A, files={"unit": T0 + 1, "env_file": 0}), [])
+    assert vp.recovery(p, outcomes, stop_on_failure)["steps"] == steps
+
+
+def test_recovery_after_a_canary_that_stopped_the_server():
+    p = plan(node(target=B), LISTED)
+    assert vp.recovery(p, {"canary": {"ok": False}}) == {"steps": ["start"], "why": ""}
+    assert vp.report(p, {"canary": {"ok": False, "seconds": 3, "msg": "died"},
+                         "recovered": {"ok": True, "kind": "restart", "to": A}})["line"].endswith(
+        "canary FAILED after 3 s: died; started again on vllm-0.17.0-aaaa, healthy")
+
+
+def test_report_lines():
+    p = plan(node(target=B), LISTED)
+    ok = vp.report(p, {"canary": {"ok": True, "seconds": 41.2}, "switch": {"changed": True, "switched_from": A,
+                                                                           "switched_to": B},
+                       "start": {"ok": True, "elapsed_text": "31m05s"}, "prune": {"removed": [C]}})
+    assert ok["ok"] and ok["line"] == ("upgrade vllm-0.17.0-aaaa -> vllm-0.18.0-bbbb: canary passed in 41.2 s; "
+                                       "switched vllm-0.17.0-aaaa -> vllm-0.18.0-bbbb; healthy after 31m05s; "
+                                       "pruned vllm-0.19.0-cccc")
+    failed = vp.report(p, {"canary": {"ok": True, "seconds": 2}, "start": {"ok": False, "msg": "died"},
+                           "recovered": {"ok": True, "kind": "rollback", "to": A}})
+    assert not failed["ok"] and failed["rolled_back"]
+    assert failed["line"].endswith("start FAILED: died; rolled back to vllm-0.17.0-aaaa, healthy")
+    assert vp.report(p, check_mode=True)["line"].startswith("upgrade vllm-0.17.0-aaaa -> vllm-0.18.0-bbbb: would run: remove")
+
+
+def test_a_requested_restart_is_done_once_per_run():
+    asked = {"restart": True, "restart_since": T0 - 10}
+    assert plan(node(target=A), LISTED, requests=asked)["steps"] == []  # started after the run began
+    again = {"restart": True, "restart_since": T0 + 10}
+    assert plan(node(target=A), LISTED, requests=again)["steps"] == ["remove", "drain", "restart", "health", "add"]
+    assert "restart" in plan(node(target=A), LISTED, requests={"restart": True})["steps"]
+
+
+@pytest.mark.parametrize("observed, routers, extra, converged", [
+    (node(target=A), LISTED, {}, True),
+    (node(target=A), UNLISTED, {}, False),
+    (node(target=A), LISTED, {"rendered": {"env_changed": True}}, False),
+    (node(running=None, target=A), [], {"start": False}, True),
+    (node(running=None, target=A, files={"unit": 1, "env_file": 1, "restart_marker": 5}), [], {"start": False}, False),
+    (node(running=None, target=A), [], {"start": False, "rendered": {"unit_changed": True}}, False),
+])
+def test_converged_means_the_role_has_nothing_to_do(observed, routers, extra, converged):
+    assert plan(observed, routers, **extra)["converged"] is converged

@@ -1,0 +1,130 @@
+"""What vllm_node_state reads (plugins/module_utils/_vllm/_nodestate.py), on real processes and links.
+
+The env of a running process is read the way the module reads it on a node: a real venv whose
+script names the env's interpreter in its shebang (as uv and venv write them), started for
+real, its /proc/<pid>/cmdline read back -- also with the env store behind a symlink (a mounted
+NVMe) and the stable link switched while the process runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import venv
+
+import pytest
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodestate as ns
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu._nvidia_smi import parse_memory_csv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._unit import parse_systemctl_show
+
+
+@pytest.fixture()
+def store(tmp_path):
+    """/nvme/envs/{a,b} behind /opt/ml-env.d -> /nvme/envs, link /opt/ml-env -> store/a."""
+    real = tmp_path / "nvme" / "envs"
+    real.mkdir(parents=True)
+    for name in ("a", "b"):
+        venv.create(real / name, with_pip=False, symlinks=True)
+        script = real / name / "bin" / "vllm"
+        # The shebang names the env through the store path, as uv writes it.
+        script.write_text(f"#!{tmp_path / 'opt' / 'ml-env.d' / name / 'bin' / 'python'}\n"
+                          "import time\ntime.sleep(30)\n")
+        script.chmod(0o755)
+    (tmp_path / "opt").mkdir()
+    os.symlink(real, tmp_path / "opt" / "ml-env.d")
+    os.symlink(tmp_path / "opt" / "ml-env.d" / "a", tmp_path / "opt" / "ml-env")
+    return tmp_path
+
+
+def test_the_env_of_a_running_process_is_its_real_path(store):
+    link = str(store / "opt" / "ml-env")
+    proc = subprocess.Popen([link + "/bin/vllm"])  # started through the stable link, as systemd does
+    try:
+        time.sleep(0.3)
+        argv = ns.read_cmdline(proc.pid)
+        started = time.time() - 1
+        env, note = ns.process_env(argv, link, os.lstat(link).st_mtime, started)
+        assert note == ""
+        assert env == str(store / "nvme" / "envs" / "a")
+        assert ns.link_view(link)["env"] == env  # the link, compared by real path too
+        # Switch the link while it runs: the process still reports the env it started from.
+        os.unlink(link)
+        os.symlink(store / "opt" / "ml-env.d" / "b", link)
+        env_after, _reason = ns.process_env(ns.read_cmdline(proc.pid), link, os.lstat(link).st_mtime, started)
+        assert env_after == env
+        assert ns.link_view(link)["env"] == str(store / "nvme" / "envs" / "b")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_interpreter_named_through_the_link_after_a_switch_cannot_be_told(store):
+    link = str(store / "opt" / "ml-env")
+    argv = [link + "/bin/python", "-m", "vllm.entrypoints.cli.main", "serve"]
+    env, note = ns.process_env(argv, link, link_changed=2000.0, started=1000.0)
+    assert env == "" and "changed after it started" in note
+    env, note = ns.process_env(argv, link, link_changed=500.0, started=1000.0)
+    assert env == str(store / "nvme" / "envs" / "a") and note == ""
+
+
+@pytest.mark.parametrize("argv, note", [
+    ([], "is not an absolute interpreter path"),
+    (["python3", "x"], "is not an absolute interpreter path"),
+    (["/usr/lib/thing", "x"], "not an env's bin/ interpreter"),
+])
+def test_processes_that_are_not_an_env(argv, note):
+    env, why = ns.process_env(argv, "/opt/ml-env", None, None)
+    assert env == "" and note in why
+
+
+def test_unit_view_from_systemctl_show():
+    # `systemctl show vllm.service -p ...` of a running unit (systemd 252, the molecule image's).
+    text = ("LoadState=loaded\nActiveState=active\nSubState=running\nMainPID=4242\nNRestarts=0\n"
+            "ExecMainStartTimestampMonotonic=3600000000\n")
+    view = ns.unit_view(parse_systemctl_show(text), mono_now=3700.0, wall_now=1_800_000_000.0)
+    assert view["main_pid"] == 4242 and view["active_state"] == "active"
+    assert view["started"] == pytest.approx(1_800_000_000.0 - 100)
+    dead = ns.unit_view(parse_systemctl_show("LoadState=not-found\nActiveState=inactive\nMainPID=0\n"
+                                             "ExecMainStartTimestampMonotonic=0\n"), 1.0, 2.0)
+    assert dead["started"] is None and dead["load_state"] == "not-found"
+
+
+def test_gauges_and_progress():
+    # vLLM v1 /metrics lines (names and labels as in https://docs.vllm.ai/en/latest/design/metrics.html).
+    text = ('vllm:num_requests_running{engine="0",model_name="kimi-k2.5"} 3.0\n'
+            'vllm:num_requests_waiting{engine="0",model_name="kimi-k2.5"} 1.0\n'
+            'vllm:prompt_tokens_total{engine="0",model_name="kimi-k2.5"} 1200.0\n'
+            'vllm:generation_tokens_total{engine="0",model_name="kimi-k2.5"} 34.0\n')
+    assert ns.gauges(text) == {"present": True, "running": 3.0, "waiting": 1.0, "progress": 1234.0}
+    assert ns.gauges("# nothing\n") == {"present": False, "running": 0.0, "waiting": 0.0, "progress": None}
+
+
+def test_records(tmp_path):
+    path = tmp_path / "plan.json"
+    assert ns.read_record(str(path)) is None
+    path.write_text('{"action": "upgrade"}')
+    assert ns.read_record(str(path)) == {"action": "upgrade"}
+    path.write_text('{"action": ')
+    with pytest.raises(ns.StateError, match=r"plan.json cannot be read as JSON .* remove the file and re-run"):
+        ns.read_record(str(path))
+    path.write_text("[1]")
+    with pytest.raises(ns.StateError, match="holds list, not a JSON object"):
+        ns.read_record(str(path))
+
+
+def test_envs_view(store):
+    a = str(store / "nvme" / "envs" / "a")
+    (store / "nvme" / "envs" / "a" / "bin" / "vllm").unlink()
+    view = ns.envs_view([a, "", a, str(store / "missing")])
+    assert view == {a: {"exists": True, "built": False}, str(store / "missing"): {"exists": False, "built": False}}
+
+
+def test_gpu_memory_rows():
+    # Format of `nvidia-smi --query-gpu=index,memory.total,memory.free --format=csv,noheader,nounits`
+    # (comma and space separated MiB integers, as in the public output quoted in
+    # https://github.com/clEsperanto/CLIc/issues/89); the totals are the fixture box's (97887 MiB).
+    text = "0, 97887, 9120\n1, 97887, 9004\n2, 97887, [Unknown Error]\n"
+    assert parse_memory_csv(text) == [{"index": 0, "total_mib": 97887, "free_mib": 9120},
+                                      {"index": 1, "total_mib": 97887, "free_mib": 9004}]
