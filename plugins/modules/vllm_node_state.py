@@ -109,7 +109,7 @@ RETURN = r"""
 unit:
   description:
     - C(load_state), C(active_state), C(sub_state), C(main_pid), C(n_restarts), C(started) (epoch seconds or null).
-    - C(systemd) false on a host systemd does not run (no C(/run/systemd/system)): then the unit is C(not-found) and nothing runs.
+    - C(systemd) is false on a host systemd does not run (no C(/run/systemd/system)); the unit is then C(not-found) and nothing runs.
   returned: always
   type: dict
 process:
