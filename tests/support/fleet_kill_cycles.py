@@ -18,6 +18,9 @@ envs A and B (real paths in the node's env store):
   leave the hold. Between cycles the hold is removed by hand, which is the state a node is in
   after an ordinary upgrade to the env it now serves.
 
+--sample N kills at N boundaries per plan, spread evenly from the first to the last (the fleet
+scenario's default, GPUSERVE_FLEET_KILL_SAMPLE=3, keeps CI in its budget); 0 kills at every one.
+
 Every run is `site.yml --tags vllm_server --limit NODE` as an operator re-runs a killed play;
 the target env is handed in an inventory file, as the prepare play hands its build dir. The
 summary (per cycle: the task killed before, the re-run's seconds, the state found) goes to
@@ -96,6 +99,15 @@ class Runner:
         return proc.returncode, round(time.monotonic() - started, 1), lines
 
 
+def chosen(boundaries: int, sample: int, index: int, count: int) -> list[int]:
+    """This node's share of the boundaries to kill at: all of them (sample 0), or `sample` spread
+    evenly from the first to the last; dealt out over the nodes in turn."""
+    every = list(range(1, boundaries + 1))
+    if 0 < sample < boundaries:
+        every = sorted({round(1 + i * (boundaries - 1) / max(sample - 1, 1)) for i in range(sample)})
+    return every[index::count]
+
+
 def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results: list, lock) -> None:
     node, envs = spec.split("=", 1)
     env_a, env_b = envs.split(",")
@@ -123,7 +135,7 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
         results.append({"node": node, "plan": "upgrade", "boundary": 0, "reference_rc": rc,
                         "changes": boundaries})
     current, other = other, current
-    for k in range(1 + index, boundaries + 1, count):
+    for k in chosen(boundaries, args.sample, index, count):
         rc_kill, _s, trace = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"], kill_at=k)
         killed = next((line.split("\t", 1)[1] for line in trace if line.startswith("killed")), "")
         rc, secs, _t = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"])
@@ -138,7 +150,7 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
         results.append({"node": node, "plan": "rollback", "boundary": 0, "reference_rc": rc,
                         "changes": boundaries})
     current, other = other, current
-    for k in range(1 + index, boundaries + 1, count):
+    for k in chosen(boundaries, args.sample, index, count):
         podman(node, "rm -f /var/lib/gpuserve/vllm_server.rollback.json")
         rc_kill, _s, trace = runner.run(None, ["--extra-vars", "vllm_server_rollback=true"], kill_at=k)
         killed = next((line.split("\t", 1)[1] for line in trace if line.startswith("killed")), "")
@@ -158,6 +170,8 @@ def main() -> int:
     parser.add_argument("--version-b", required=True, help="what /version says for ENV_B")
     parser.add_argument("--out", required=True)
     parser.add_argument("--workdir", default="")
+    parser.add_argument("--sample", type=int, default=0,
+                        help="kill at this many boundaries per plan, spread from first to last (0: every one)")
     args = parser.parse_args()
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="gpuserve-kill-")
     results: list[dict] = []
