@@ -85,13 +85,17 @@ step_build() {
   return $rc
 }
 
+# GPUSERVE_MOLECULE_SCENARIOS="a b" runs only those (a developer's shortcut; CI runs them all).
+molecule_scenarios() {
+  echo "${GPUSERVE_MOLECULE_SCENARIOS:-$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml | cut -d/ -f2 | sort)}"
+}
+
 step_molecule() {
   banner "molecule scenarios (podman)"
   bash tests/containers/build-images.sh || return 1
   local scenario rc=0
-  # GPUSERVE_MOLECULE_SCENARIOS="a b" runs only those (a developer's shortcut; CI runs them all).
-  local scenarios=${GPUSERVE_MOLECULE_SCENARIOS:-$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml | cut -d/ -f2 | sort)}
-  for scenario in $scenarios; do
+  for scenario in $(molecule_scenarios); do
+    [ "$scenario" = "$lane_scenario" ] && { echo "molecule:$scenario runs beside the other steps (see its lane below)"; continue; }
     banner "molecule test -s $scenario"
     if molecule test -s "$scenario"; then record "molecule:$scenario" 0; else record "molecule:$scenario" 1; rc=1; fi
   done
@@ -173,8 +177,55 @@ step_vllm_full() {
   return $rc
 }
 
+# A second lane: the fleet scenario spends most of its time waiting (drains of 20 s streams,
+# health waits, the router), and vllm_full mostly on one interpreter, so on 2 cores they run
+# beside the other steps (from integration on) instead of after them. GPUSERVE_SERIAL=1: one lane.
+lane_scenario=""
+lane_steps=()
+lane_pid=""
+if [ "${GPUSERVE_SERIAL:-0}" != 1 ] && [[ " ${steps[*]} " == *" molecule "* ]] &&
+  [[ " $(molecule_scenarios | tr '\n' ' ') " == *" fleet "* ]]; then
+  lane_scenario=fleet
+  [[ " ${steps[*]} " == *" vllm_full "* ]] && lane_steps=(vllm_full)
+fi
+start_lane() {
+  [ -z "$lane_scenario" ] || [ -n "$lane_pid" ] && return 0
+  banner "second lane: molecule:$lane_scenario ${lane_steps[*]} (output in tests/output/lane.log)"
+  bash tests/containers/build-images.sh || echo "WARNING: image build failed; the lane's scenario will fail"
+  (
+    start=$SECONDS
+    banner "molecule test -s $lane_scenario (second lane)"
+    molecule test -s "$lane_scenario"; echo $? >"$out/lane-molecule.rc"
+    echo "lane: molecule:$lane_scenario $((SECONDS - start)) s"
+    for lane_step in "${lane_steps[@]}"; do
+      start=$SECONDS
+      "step_$lane_step"; echo $? >"$out/lane-$lane_step.rc"
+      echo "lane: $lane_step $((SECONDS - start)) s"
+    done
+  ) >"$out/lane.log" 2>&1 &
+  lane_pid=$!
+}
+finish_lane() {
+  [ -n "$lane_pid" ] || return 0
+  local lane_step rc uf up start=$SECONDS
+  wait "$lane_pid"
+  banner "second lane (waited $((SECONDS - start)) s for it): its output"
+  cat "$out/lane.log"
+  grep '^lane: ' "$out/lane.log" | sed 's/^lane: /time (second lane): /'
+  record "molecule:$lane_scenario" "$(cat "$out/lane-molecule.rc" 2>/dev/null || echo 1)"
+  for lane_step in "${lane_steps[@]}"; do
+    rc="$(cat "$out/lane-$lane_step.rc" 2>/dev/null || echo 1)"
+    read -r up uf <"$out/$lane_step-counts" || { up=0; uf=0; }
+    passed=$((passed + up)); failed=$((failed + uf))
+    [ "$rc" -ne 0 ] && [ "$uf" -eq 0 ] && failed=$((failed + 1))
+    [ "$rc" -ne 0 ] && failures+=("$lane_step")
+  done
+}
+
 for step in "${steps[@]}"; do
   step_start=$SECONDS
+  [[ " unit lint sanity " != *" $step "* ]] && start_lane
+  [[ " ${lane_steps[*]} " == *" $step "* ]] && { echo "$step runs in the second lane"; continue; }
   case "$step" in
     lint | sanity | build | rehearsal | firstcontact) "step_$step"; record "$step" $? ;;
     unit | integration | vllm_full)
@@ -188,6 +239,8 @@ for step in "${steps[@]}"; do
   esac
   timings+=("$step $((SECONDS - step_start)) s")
 done
+
+finish_lane
 
 banner "summary"
 printf 'time: %s\n' "${timings[@]}" "total $SECONDS s"
