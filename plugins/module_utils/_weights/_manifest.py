@@ -180,14 +180,15 @@ def _checked(manifest: Manifest, where: str) -> Manifest:
     return manifest
 
 
-def write(path: str, manifest: Manifest) -> None:
-    """Write the manifest atomically (temp file beside it, fsync, rename), mode 0644."""
+def write_text_atomic(path: str, text: str, prefix: str) -> None:
+    """Write text atomically (temp file beside it, fsync, rename), mode 0644: a reader sees the
+    old file or the new one, never half of it."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(manifest.dumps())
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
@@ -196,6 +197,11 @@ def write(path: str, manifest: Manifest) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write(path: str, manifest: Manifest) -> None:
+    """Write the manifest atomically, mode 0644."""
+    write_text_atomic(path, manifest.dumps(), ".manifest.")
 
 
 def load(path: str) -> Manifest:

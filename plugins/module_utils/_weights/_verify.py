@@ -18,7 +18,6 @@ import concurrent.futures
 import dataclasses
 import json
 import os
-import tempfile
 import typing as t
 from stat import S_ISREG
 
@@ -27,6 +26,7 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._manifest i
     FileEntry,
     Manifest,
     hash_file,
+    write_text_atomic,
 )
 
 CACHE_FORMAT = 1
@@ -96,20 +96,7 @@ def save_cache(path: str, commit: str, files: t.Mapping[str, list[t.Any]]) -> bo
                 return False
     except OSError:
         pass
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".verified.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, text, ".verified.")
     return True
 
 
