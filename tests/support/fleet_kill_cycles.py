@@ -1,6 +1,6 @@
 """Kill site.yml's serve play at every step of an upgrade and of a rollback, then re-run (tests only).
 
-Run by molecule/fleet's verify on the controller, against the scenario's podman fleet:
+Run by molecule/fleet's verify_kill_cycles.yml on the controller, against the scenario's podman fleet:
 
     fleet_kill_cycles.py --inventory INV [...] --router ROUTER --node NODE=ENV_A,ENV_B [...] --out FILE
 
@@ -18,8 +18,8 @@ envs A and B (real paths in the node's env store):
   leave the hold. Between cycles the hold is removed by hand, which is the state a node is in
   after an ordinary upgrade to the env it now serves.
 
---sample N kills at N boundaries per plan, spread evenly from the first to the last (the fleet
-scenario's default, GPUSERVE_FLEET_KILL_SAMPLE=3, keeps CI in its budget); 0 kills at every one.
+--sample N kills at N boundaries per plan, spread evenly from the first to the last (the chapter's
+default, GPUSERVE_FLEET_KILL_SAMPLE=3); 0 kills at every one.
 
 Every run is `site.yml --tags vllm_server --limit NODE` as an operator re-runs a killed play;
 the target env is handed in an inventory file, as the prepare play hands its build dir. The
