@@ -4,6 +4,7 @@
 _store names, lays out and switches the content-addressed envs (ml_env_* modules, the ml_env
 filter); _pyenv reads an interpreter's facts without importing anything installed in it and
 runs every interpreter root runs isolated (-I -B, no PYTHON* variables) after refusing one that
-another user could change; _protect gives env trees to one owner. Stdlib only, Python 3.9+, no
+another user could change; _protect gives env trees to one owner; _wheelhouse describes and checks
+the wheels of air-gapped hosts. Stdlib only, Python 3.9+, no
 Ansible imports: it runs on the managed node.
 """
