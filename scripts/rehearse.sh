@@ -6,6 +6,9 @@
 #   bash scripts/rehearse.sh --destroy       remove the rehearsal node
 # Extra arguments go to ansible-playbook. The node has no GPU: the play says so and stops short of
 # starting vLLM; vLLM itself is a real wheel from the package index, installed with --no-deps.
+# The node is air-gapped (podman --network none): every wheel it installs comes from a wheelhouse
+# that the real playbooks/build_wheelhouse.yml builds here first (incrementally) from the
+# inventory's pins, mounted read-only into the node (docs/air-gapped.md).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,10 +48,20 @@ version="$(ansible-inventory -i inventories/rehearsal --host "$node" |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["vllm_install_version"])')"
 python3 tests/support/vllm_wheels.py "$version" >/dev/null
 
+# A node made by an older rehearse.sh (with a network, without the wheelhouse) is made again.
+layout=air-gapped-1
+if podman container exists "$node" &&
+  [ "$(podman inspect -f '{{index .Config.Labels "gpuserve.rehearsal"}}' "$node")" != "$layout" ]; then
+  echo "[rehearse] $node was made by an older rehearse.sh: making it again ($layout)"
+  podman rm -f "$node" >/dev/null
+fi
+wheelhouse="${GPUSERVE_CACHE:-$HOME/.cache/gpuserve}/wheelhouse-rehearsal"
+mkdir -p "$wheelhouse"
 if ! podman container exists "$node"; then
-  echo "[rehearse] creating node $node"
-  podman run -d --name "$node" --hostname "$node" --systemd always \
-    --volume "$GPUSERVE_WHEEL_CACHE:/var/cache/gpuserve/wheels:ro" \
+  echo "[rehearse] creating node $node (no network; the wheelhouse at /var/cache/gpuserve/wheelhouse)"
+  podman run -d --name "$node" --hostname "$node" --systemd always --network none \
+    --label "gpuserve.rehearsal=$layout" \
+    --volume "$wheelhouse:/var/cache/gpuserve/wheelhouse:ro" \
     localhost/gpuserve-debian12-systemd:latest /sbin/init >/dev/null
 fi
 [ "$(podman inspect -f '{{.State.Running}}' "$node")" = true ] || podman start "$node" >/dev/null
@@ -58,4 +71,14 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 
+# The wheelhouse for the node's pins, on this host (the package index; the vLLM wheel from the
+# wheel cache); a syntax check needs none.
+case " $* " in
+  *" --syntax-check "*) ;;
+  *)
+    ansible-playbook -i inventories/rehearsal playbooks/build_wheelhouse.yml \
+      -e "{\"gpuserve_wheelhouse_dir\": \"$wheelhouse\", \"gpuserve_wheelhouse_find_links\": [\"$GPUSERVE_WHEEL_CACHE\"]}" \
+      >"$wheelhouse.log" 2>&1 || { cat "$wheelhouse.log" >&2; echo "rehearse: could not build the wheelhouse (above)" >&2; exit 2; }
+    grep -o '"msg": "[0-9]* files[^"]*' "$wheelhouse.log" | cut -c9- | sed 's/^/[rehearse] wheelhouse: /' ;;
+esac
 exec ansible-playbook -i inventories/rehearsal playbooks/site.yml "$@"
