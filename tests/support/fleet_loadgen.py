@@ -65,7 +65,8 @@ def one_request(url: str, key: str, model: str, timeout: float, stream: bool = F
         ok = bool(data.get("choices"))
         return ok, node if ok else "no choices", time.monotonic() - start
     except urllib.error.HTTPError as exc:
-        return False, f"HTTP {exc.code}", time.monotonic() - start
+        detail = exc.read()[:300].decode(errors="replace").strip()
+        return False, f"HTTP {exc.code}" + (f": {detail}" if detail else ""), time.monotonic() - start
     except (OSError, ValueError) as exc:
         return False, type(exc).__name__, time.monotonic() - start
 
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> dict:
     latencies: list[float] = []
     nodes: Counter[str] = Counter()
     failures: Counter[str] = Counter()
+    failure_times: list[str] = []  # when each failure came back (UTC), to match with the journals
     sent = [0]
     deadline = time.monotonic() + args.max_seconds
 
@@ -89,6 +91,8 @@ def run(args: argparse.Namespace) -> dict:
             with lock:
                 latencies.append(latency)
                 (nodes if ok else failures)[what] += 1
+                if not ok and len(failure_times) < 50:
+                    failure_times.append(time.strftime("%H:%M:%S", time.gmtime()) + f" {what[:80]}")
             time.sleep(args.pause)
 
     started = time.monotonic()
@@ -102,6 +106,7 @@ def run(args: argparse.Namespace) -> dict:
         "requests": total,
         "failed": sum(failures.values()),
         "failures": dict(failures),
+        "failure_times": failure_times,
         "seconds": round(time.monotonic() - started, 1),
         "p50_ms": round(percentile(latencies, 50) * 1000, 1),
         "p99_ms": round(percentile(latencies, 99) * 1000, 1),
