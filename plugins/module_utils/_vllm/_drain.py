@@ -28,6 +28,10 @@ class DrainWatch:
         self.last: tuple[float, float, float | None] | None = None
         self.polls = 0
         self.max_in_flight = 0.0
+        # A request can be on its way (routed just before the removal, not yet counted by the
+        # server): the node is drained only after two readings in a row with nothing running or
+        # waiting and no token produced between them.
+        self.quiet: tuple[float, float | None] | None = None
 
     def feed(self, now: float, reading: t.Mapping[str, t.Any] | None) -> dict[str, t.Any]:
         """One poll. reading: {running, waiting, progress} or None when /metrics did not answer.
@@ -48,7 +52,11 @@ class DrainWatch:
             self.last_change = now
         self.last = current
         if running + waiting == 0:
-            return self._verdict(True, "drained", elapsed, running, waiting)
+            if self.quiet is not None and self.quiet[1] == current[2]:
+                return self._verdict(True, "drained", elapsed, running, waiting)
+            self.quiet = (now, current[2])
+            return self._verdict(False, "waiting", elapsed, running, waiting)
+        self.quiet = None
         if self.last_change is not None and now - self.last_change >= self.stale_after:
             return self._verdict(True, "stale", elapsed, running, waiting)
         if elapsed >= self.timeout:
@@ -67,7 +75,7 @@ def message(outcome: str, elapsed: float, running: float, waiting: float, stale_
     """The line the drain reports."""
     gauges = f"{running:g} running, {waiting:g} waiting"
     if outcome == "drained":
-        return f"drained after {elapsed:.1f} s (no request running or waiting)"
+        return f"drained after {elapsed:.1f} s (no request running or waiting, two readings in a row)"
     if outcome == "stale":
         return (f"WARNING: the gauges stayed at {gauges} for {stale_after:g} s with no token "
                 f"produced (vllm_router_drain_stale_after): taken for stale values (vllm #29928), "

@@ -21,8 +21,13 @@ def r(running, waiting=0, progress=None):
 
 
 @pytest.mark.parametrize("readings, outcome, elapsed", [
-    ([(0, r(0))], "drained", 0),
-    ([(0, r(2, 1, 10)), (1, r(1, 0, 40)), (2, r(0, 0, 55))], "drained", 2),
+    # Drained only after two readings in a row with nothing in flight and no token produced.
+    ([(0, r(0)), (1, r(0))], "drained", 1),
+    ([(0, r(2, 1, 10)), (1, r(1, 0, 40)), (2, r(0, 0, 55)), (3, r(0, 0, 55))], "drained", 3),
+    # A request routed just before the removal shows up after a first empty reading.
+    ([(0, r(0, 0, 5)), (1, r(1, 0, 6)), (2, r(0, 0, 9)), (3, r(0, 0, 9))], "drained", 3),
+    # One came and went between two readings: its tokens moved, so not yet.
+    ([(0, r(0, 0, 5)), (1, r(0, 0, 8)), (2, r(0, 0, 8))], "drained", 2),
     # A long stream keeps producing tokens: never stale, the timeout ends it.
     ([(t, r(1, 0, 100 + 20 * t)) for t in range(0, 40)], "timeout", 30),
     # Gauges stuck with no token produced: stale after 10 s.
@@ -51,3 +56,8 @@ def test_messages_say_what_was_seen():
 def test_bad_bounds(timeout, stale):
     with pytest.raises(ValueError, match="must be positive"):
         DrainWatch(timeout, stale)
+
+
+def test_one_empty_reading_is_not_yet_drained():
+    verdict = DrainWatch(30, 10).feed(0, r(0, 0, 5))
+    assert (verdict["done"], verdict["outcome"]) == (False, "waiting")
