@@ -38,7 +38,7 @@ def test_vllm_serves_as_the_service_user_from_the_linked_env(node):
     service = node.service("vllm.service")
     assert service.is_running and service.is_enabled
     pid = node.check_output("systemctl show vllm.service -p MainPID --value")
-    assert node.check_output(f"ps -o user= -p {pid}").strip() == "vllm"
+    assert node.check_output(f"stat -c %U /proc/{pid}").strip() == "vllm"
     argv0 = node.file(f"/proc/{pid}/cmdline").content.split(b"\0")[0].decode()
     link = node.file("/opt/ml-env")
     assert link.is_symlink and link.linked_to.startswith("/opt/ml-env.d/vllm-")
@@ -68,7 +68,7 @@ def test_no_canary_is_left_running(node):
 def test_the_router_runs_unprivileged_with_every_node(router):
     assert router.service("vllm-router.service").is_running
     pid = router.check_output("systemctl show vllm-router.service -p MainPID --value")
-    assert router.check_output(f"ps -o user= -p {pid}").strip() == "vllm-router"
+    assert router.check_output(f"stat -c %U /proc/{pid}").strip() == "vllm-router"
     workers_env = router.file("/etc/vllm-router/workers.env").content_string
     nodes = [f"http://gpuserve-fleet-node{i}:8000" for i in range(1, 4)]
     assert all(url in workers_env for url in nodes)
