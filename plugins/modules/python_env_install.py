@@ -18,6 +18,9 @@ description:
     C( - ), C( ~ ) lines; pip's C(Successfully installed) / C(Successfully uninstalled)), so a
     second run with the same pins reports no change.
   - In check mode the installer runs with C(--dry-run) and the result says what it would change.
+  - uv runs with C(--compile-bytecode), as pip compiles by default: the collection runs env
+    interpreters with C(-B), so an env without bytecode would compile torch and vLLM from source on
+    every preflight and import check.
   - The command is built from the options (no shell, no Jinja); the roles
     gpuserve.vllm.ml_env and gpuserve.vllm.vllm_install both install through this module.
 options:
@@ -130,7 +133,7 @@ cmd:
   returned: always
   type: list
   elements: str
-  sample: ["/opt/ml-env-tools/bin/uv", "pip", "install", "--python", "/opt/ml-env/bin/python", "vllm==0.17.0"]
+  sample: ["/opt/ml-env-tools/bin/uv", "pip", "install", "--python", "/opt/ml-env/bin/python", "--compile-bytecode", "vllm==0.17.0"]
 installed:
   description: Distributions installed (or, in check mode, that would be), PEP 503 names.
   returned: always

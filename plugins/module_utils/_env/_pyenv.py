@@ -281,11 +281,16 @@ def install_argv(installer: str, python: str, packages: t.Sequence[str] = (), *,
     """The `uv pip install` / `python -m pip install` argv for one transaction (no shell).
 
     uv is told the environment with --python; pip is the environment's own (python -m pip).
+    uv is asked to compile bytecode, as pip does by default: root runs env interpreters with -B
+    (they never write into an env), so without it every preflight and import check compiled
+    torch and vLLM from source again (a 0.18.0 preflight: 76 s instead of 36 s on 2 cores).
     """
     if installer == "uv":
         if not uv:
             raise ValueError("installer uv needs the path of the uv executable")
         argv = [uv, "pip", "install", "--python", python]
+        if not dry_run:
+            argv.append("--compile-bytecode")
     elif installer == "pip":
         argv = [python, "-I", "-m", "pip", "install", "--disable-pip-version-check"]
     else:

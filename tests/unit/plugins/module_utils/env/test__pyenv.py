@@ -141,7 +141,8 @@ def test_inspect_script_on_this_interpreter() -> None:
     ("installer", "packages", "options", "expected"),
     [
         ("uv", ["vllm==0.17.0"], {"uv": "/opt/t/bin/uv"},
-         ["/opt/t/bin/uv", "pip", "install", "--python", "/e/bin/python", "vllm==0.17.0"]),
+         ["/opt/t/bin/uv", "pip", "install", "--python", "/e/bin/python", "--compile-bytecode",
+          "vllm==0.17.0"]),
         ("pip", ["vllm==0.17.0"], {},
          ["/e/bin/python", "-I", "-m", "pip", "install", "--disable-pip-version-check", "vllm==0.17.0"]),
         ("uv", ["vllm[audio]==0.17.0", "flashinfer-cubin==0.6.4"],
