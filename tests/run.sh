@@ -93,11 +93,13 @@ molecule_scenarios() {
 step_molecule() {
   banner "molecule scenarios (podman)"
   bash tests/containers/build-images.sh || return 1
-  local scenario rc=0
+  local scenario rc=0 start
   for scenario in $(molecule_scenarios); do
     [ "$scenario" = "$lane_scenario" ] && { echo "molecule:$scenario runs beside the other steps (see its lane below)"; continue; }
     banner "molecule test -s $scenario"
+    start=$SECONDS
     if molecule test -s "$scenario"; then record "molecule:$scenario" 0; else record "molecule:$scenario" 1; rc=1; fi
+    timings+=("  molecule:$scenario $((SECONDS - start)) s")
   done
   return $rc
 }

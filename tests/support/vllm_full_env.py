@@ -54,11 +54,18 @@ def requirements(version: str) -> list[str]:
     return [f"vllm=={version}", *COMPANIONS.get(version, ())]
 
 
+# Written into .complete after the requirements: an env built before its files were compiled is
+# built again. The modules run every env interpreter with -B (they never write into an env), so
+# without bytecode each probe compiled torch, transformers and vLLM from source: 76 s instead of
+# 36 s for one 0.18.0 preflight on 2 cores.
+BYTECODE = "# bytecode compiled"
+
+
 def is_built(version: str) -> bool:
-    """Built, and with the requirements asked for now (a companion added means a rebuild)."""
+    """Built, compiled, and with the requirements asked for now (a companion added: a rebuild)."""
     complete = env_dir(version) / ".complete"
     return complete.is_file() and env_python(version).exists() and \
-        complete.read_text().split() == requirements(version)
+        complete.read_text().splitlines() == [*requirements(version), BYTECODE]
 
 
 def _log(msg: str) -> None:
@@ -94,11 +101,12 @@ def build(version: str) -> Path:
              "(several GB)")
         subprocess.run([str(uv), "venv", "-q", "--relocatable", "--python", PYTHON_VERSION,
                         str(tmp)], check=True, env=env)
-        subprocess.run([str(uv), "pip", "install", "-q", "--python", str(tmp / "bin" / "python"),
-                        *requirements(version)], check=True, env=env)
+        subprocess.run([str(uv), "pip", "install", "-q", "--compile-bytecode",
+                        "--python", str(tmp / "bin" / "python"), *requirements(version)],
+                       check=True, env=env)
         subprocess.run([str(tmp / "bin" / "python"), "-c", "import vllm"], check=True,
                        env=dict(env, VLLM_LOGGING_LEVEL="ERROR"))
-        (tmp / ".complete").write_text("\n".join(requirements(version)) + "\n")
+        (tmp / ".complete").write_text("\n".join([*requirements(version), BYTECODE]) + "\n")
         final = env_dir(version)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)

@@ -49,8 +49,8 @@ RENDERED = {
     "long-context": (EXAMPLE, LONG),
 }
 NO_STUB = {"cuda_stub": False}
-# The module's default (300 s) is for a node; on 2 shared CI cores a 0.33.0 probe (no bytecode
-# in the env: PYTHONDONTWRITEBYTECODE) took 125-165 s alone and over 300 s beside molecule runs.
+# The module's default (300 s) is for a node; on 2 shared CI cores a 0.33.0 probe took 125-165 s
+# alone and over 300 s beside molecule runs (before the envs had bytecode; see vllm_full_env).
 PROBE_TIMEOUT = 900
 # name -> (rendered, vLLM version, patched?, module options over the defaults)
 CASES = {
