@@ -18,7 +18,7 @@ description:
     C( - ), C( ~ ) lines; pip's C(Successfully installed) / C(Successfully uninstalled)), so a
     second run with the same pins reports no change.
   - In check mode the installer runs with C(--dry-run) and the result says what it would change.
-  - uv runs with C(--compile-bytecode), as pip compiles by default: the collection runs env
+  - uv runs with C(--compile-bytecode), as pip compiles by default. The collection runs env
     interpreters with C(-B), so an env without bytecode would compile torch and vLLM from source on
     every preflight and import check.
   - The command is built from the options (no shell, no Jinja); the roles
