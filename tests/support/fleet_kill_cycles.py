@@ -120,12 +120,18 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
         ok = (rc_kill == -9 and rc == 0 and state["link"] == want and state["previous"] == before
               and state["version"] == version[want] and not state["journal"]
               and router_healthy(args.router, url) and extra_ok)
+        # A run that made fewer changes than the reference was never killed: the cycle proves
+        # nothing about boundary k (a driver fault, said as such, not a plan's).
+        why = "" if rc_kill == -9 else f"not killed: the run exited {rc_kill} before change {k}"
         with lock:
             results.append({"node": node, "plan": kind, "boundary": k, "killed_before": killed,
                             "kill_rc": rc_kill, "rerun_rc": rc, "rerun_seconds": seconds,
-                            "state": state, "converged": ok})
+                            "state": state, "converged": ok, "why": why})
 
-    # Upgrades: start from whatever the node serves, switch to the other env each time.
+    # Upgrades: start from whatever the node serves, switch to the other env each time. A hold
+    # left by an earlier rollback chapter is lifted first: the reference run would lift it (one
+    # change more), and its boundaries must be those of every cycle after it.
+    podman(node, "rm -f /var/lib/gpuserve/vllm_server.rollback.json")
     state = node_state(node)
     current = state["link"]
     other = env_b if current == env_a else env_a
@@ -192,7 +198,7 @@ def main() -> int:
     for r in sorted(cycles_run, key=lambda r: (r["plan"], r["boundary"])):
         print(f"{r['plan']:8} boundary {r['boundary']:2} on {r['node']}: killed before "
               f"{r['killed_before']!r}; re-run rc {r['rerun_rc']} in {r['rerun_seconds']} s; "
-              f"{'converged' if r['converged'] else 'NOT CONVERGED ' + json.dumps(r['state'])}")
+              f"{'converged' if r['converged'] else 'NOT CONVERGED ' + r['why'] + ' ' + json.dumps(r['state'])}")
     print(f"{len(cycles_run)} kill cycles in {summary['seconds']} s, {len(summary['failed'])} did not converge")
     return 1 if summary["failed"] or not cycles_run else 0
 
