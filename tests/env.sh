@@ -14,6 +14,13 @@ export GPUSERVE_WHEEL_CACHE="${GPUSERVE_WHEEL_CACHE:-$GPUSERVE_CACHE/wheels}"
 # TEST DOUBLE vLLM wheels (tests/support/double_vllm_wheel.py), mounted into molecule's fleet nodes.
 export GPUSERVE_DOUBLE_WHEELS="${GPUSERVE_DOUBLE_WHEELS:-$GPUSERVE_CACHE/double-wheels}"
 mkdir -p "$GPUSERVE_WHEEL_CACHE" "$GPUSERVE_DOUBLE_WHEELS"
+# The key Ansible logs in with over SSH to molecule nodes that run sshd (molecule/fleet): made
+# once; the public half is mounted read-only as the nodes' root authorized_keys.
+export GPUSERVE_MOLECULE_SSH_KEY="${GPUSERVE_MOLECULE_SSH_KEY:-$GPUSERVE_CACHE/molecule-ssh/id_ed25519}"
+if [ ! -f "$GPUSERVE_MOLECULE_SSH_KEY.pub" ]; then
+  mkdir -p "$(dirname "$GPUSERVE_MOLECULE_SSH_KEY")" &&
+    ssh-keygen -q -t ed25519 -N '' -C gpuserve-molecule -f "$GPUSERVE_MOLECULE_SSH_KEY" </dev/null
+fi
 
 _gpuserve_log() { printf '[env] %s\n' "$*" >&2; }
 

@@ -2,6 +2,9 @@
 # Build the local test images (no registry is reachable here), once; later runs reuse them.
 #   localhost/gpuserve-debian12:latest          Debian 12 minbase + python3, python3-apt, sudo, venv
 #   localhost/gpuserve-debian12-systemd:latest  the same with systemd as PID 1
+#   localhost/gpuserve-debian12-sshd:latest     the same with sshd: molecule/fleet's nodes, which
+#       Ansible reaches over SSH with pipelining (one round trip per task; the podman connection
+#       needs four), as a real fleet is reached
 # Images carry a label with a hash of this script and of the host's extra CA certificates: a
 # change to either rebuilds them. GPUSERVE_REBUILD_IMAGES=1 forces a rebuild.
 # Facts behind each step: ../shared/reference/containers.md.
@@ -9,6 +12,7 @@ set -euo pipefail
 
 base=localhost/gpuserve-debian12:latest
 systemd_image=localhost/gpuserve-debian12-systemd:latest
+sshd_image=localhost/gpuserve-debian12-sshd:latest
 rebuild="${GPUSERVE_REBUILD_IMAGES:-0}"
 host_cas=(/usr/local/share/ca-certificates/*.crt)
 [ -e "${host_cas[0]}" ] || host_cas=()
@@ -64,5 +68,23 @@ build_systemd() {
   echo "[images] built $systemd_image"
 }
 
+build_sshd() {
+  local ctr=gpuserve-image-build
+  podman rm -f "$ctr" >/dev/null 2>&1 || true
+  podman run --name "$ctr" "$systemd_image" bash -c '
+    set -e
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+    apt-get clean
+    rm -rf /var/lib/apt/lists/*
+    touch -d 2000-01-01 /var/lib/apt/lists'
+  podman commit --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' --change "$label" \
+    "$ctr" "$sshd_image" >/dev/null 2>&1
+  podman rm -f "$ctr" >/dev/null
+  echo "[images] built $sshd_image"
+}
+
 if have "$base"; then echo "[images] reusing $base"; else build_base; rebuild=1; fi
-if have "$systemd_image"; then echo "[images] reusing $systemd_image"; else build_systemd; fi
+if have "$systemd_image"; then echo "[images] reusing $systemd_image"; else build_systemd; rebuild=1; fi
+if have "$sshd_image"; then echo "[images] reusing $sshd_image"; else build_sshd; fi

@@ -6,7 +6,8 @@ set -euo pipefail
 
 # strace: the python_patch crash test kills the module at each rename/unlink (strace -e inject).
 # rsync: the weights staging tests resume real transfers (gpuserve.vllm.vllm_weights).
-packages=(podman runc catatonit netavark aardvark-dns iptables debootstrap strace rsync)
+# openssh-client: Ansible reaches the weights hosts and molecule/fleet's nodes over SSH.
+packages=(podman runc catatonit netavark aardvark-dns iptables debootstrap strace rsync openssh-client)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
