@@ -190,8 +190,11 @@ def main() -> int:
     for thread in threads:
         thread.join()
     cycles_run = [r for r in results if r.get("boundary")]
+    # A reference run that changed nothing (a node the serve plays do not target) gives no
+    # boundary to kill at: said as a failure, never counted as a node that converged.
+    idle = [r for r in results if not r.get("boundary") and not r.get("changes")]
     summary = {"seconds": round(time.monotonic() - started, 1), "cycles": len(cycles_run),
-               "failed": [r for r in cycles_run if not r["converged"]],
+               "failed": [r for r in cycles_run if not r["converged"]] + idle,
                "references": [r for r in results if not r.get("boundary")], "results": results,
                "logs": args.workdir}
     Path(args.out).write_text(json.dumps(summary, indent=1))
@@ -199,7 +202,10 @@ def main() -> int:
         print(f"{r['plan']:8} boundary {r['boundary']:2} on {r['node']}: killed before "
               f"{r['killed_before']!r}; re-run rc {r['rerun_rc']} in {r['rerun_seconds']} s; "
               f"{'converged' if r['converged'] else 'NOT CONVERGED ' + r['why'] + ' ' + json.dumps(r['state'])}")
-    print(f"{len(cycles_run)} kill cycles in {summary['seconds']} s, {len(summary['failed'])} did not converge")
+    for r in idle:
+        print(f"{r['plan']:8} reference on {r['node']}: rc {r['reference_rc']}, no change: nothing to kill")
+    print(f"{len(cycles_run)} kill cycles in {summary['seconds']} s, {len(summary['failed'])} did not converge"
+          f"{' or had nothing to kill' if idle else ''}")
     return 1 if summary["failed"] or not cycles_run else 0
 
 
