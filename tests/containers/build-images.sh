@@ -51,40 +51,26 @@ build_base() {
   echo "[images] built $base"
 }
 
-build_systemd() {
-  local ctr=gpuserve-image-build
+# derive <from image> <new image> <Debian packages...>: the packages installed into <from>, booting
+# systemd as PID 1.
+derive() {
+  local ctr=gpuserve-image-build from=$1 image=$2
+  shift 2
   podman rm -f "$ctr" >/dev/null 2>&1 || true
-  podman run --name "$ctr" "$base" bash -c '
+  podman run --name "$ctr" "$from" bash -c '
     set -e
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends systemd systemd-sysv dbus >/dev/null
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
     apt-get clean
     rm -rf /var/lib/apt/lists/*
-    touch -d 2000-01-01 /var/lib/apt/lists'
+    touch -d 2000-01-01 /var/lib/apt/lists' derive "$@"
   podman commit --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' --change "$label" \
-    "$ctr" "$systemd_image" >/dev/null 2>&1
+    "$ctr" "$image" >/dev/null 2>&1
   podman rm -f "$ctr" >/dev/null
-  echo "[images] built $systemd_image"
-}
-
-build_sshd() {
-  local ctr=gpuserve-image-build
-  podman rm -f "$ctr" >/dev/null 2>&1 || true
-  podman run --name "$ctr" "$systemd_image" bash -c '
-    set -e
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
-    apt-get clean
-    rm -rf /var/lib/apt/lists/*
-    touch -d 2000-01-01 /var/lib/apt/lists'
-  podman commit --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' --change "$label" \
-    "$ctr" "$sshd_image" >/dev/null 2>&1
-  podman rm -f "$ctr" >/dev/null
-  echo "[images] built $sshd_image"
+  echo "[images] built $image"
 }
 
 if have "$base"; then echo "[images] reusing $base"; else build_base; rebuild=1; fi
-if have "$systemd_image"; then echo "[images] reusing $systemd_image"; else build_systemd; rebuild=1; fi
-if have "$sshd_image"; then echo "[images] reusing $sshd_image"; else build_sshd; fi
+if have "$systemd_image"; then echo "[images] reusing $systemd_image"; else derive "$base" "$systemd_image" systemd systemd-sysv dbus; rebuild=1; fi
+if have "$sshd_image"; then echo "[images] reusing $sshd_image"; else derive "$systemd_image" "$sshd_image" openssh-server; fi
