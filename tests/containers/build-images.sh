@@ -2,9 +2,9 @@
 # Build the local test images (no registry is reachable here), once; later runs reuse them.
 #   localhost/gpuserve-debian12:latest          Debian 12 minbase + python3, python3-apt, sudo, venv
 #   localhost/gpuserve-debian12-systemd:latest  the same with systemd as PID 1
-#   localhost/gpuserve-debian12-sshd:latest     the same with sshd: molecule/fleet's nodes, which
-#       Ansible reaches over SSH with pipelining (one round trip per task; the podman connection
-#       needs four), as a real fleet is reached
+#   localhost/gpuserve-debian12-sshd:latest     the same with sshd: every molecule scenario's
+#       containers, which Ansible reaches over SSH with pipelining (one round trip per task; the
+#       podman connection needs four), as a real fleet is reached (molecule/shared/ssh.yml)
 # Images carry a label with a hash of this script and of the host's extra CA certificates: a
 # change to either rebuilds them. GPUSERVE_REBUILD_IMAGES=1 forces a rebuild.
 # Facts behind each step: ../shared/reference/containers.md.
