@@ -37,6 +37,13 @@ fi
 GPUSERVE_TEST_VLLM_VERSIONS="${GPUSERVE_TEST_VLLM_VERSIONS:-0.14.1 0.15.1 0.16.0 0.17.0 0.17.1 0.18.0 0.22.0 0.33.0}"
 # shellcheck disable=SC2086
 python3 tests/support/vllm_wheels.py $GPUSERVE_TEST_VLLM_VERSIONS || echo "WARNING: wheel prefetch failed; tests that need them will fail"
+# vllm_full's envs (GBs of downloads, mostly a wait on the network and the disk) are built in the
+# background from here on; step_vllm_full waits for them (the builder locks each env).
+vllm_full_versions=(0.16.0 0.17.0 0.18.0 0.33.0)
+if [[ " ${steps[*]} " == *" vllm_full "* ]]; then
+  python3 tests/support/vllm_full_env.py "${vllm_full_versions[@]}" >"$out/vllm_full-envs.log" 2>&1 &
+fi
+timings+=("environment $SECONDS s")
 
 step_lint() {
   banner "ansible-lint (production profile)"
@@ -51,7 +58,7 @@ step_sanity() {
 # pytest over one directory; the junit counts go to $out/<step>-counts for the summary.
 pytest_step() { # pytest_step <step> <dir> [pytest options]
   banner "pytest $2"
-  python -m pytest "$2" -p no:cacheprovider -q --junitxml="$out/$1.xml" "${@:3}"
+  python -m pytest "$2" -p no:cacheprovider -q --durations=12 --junitxml="$out/$1.xml" "${@:3}"
   local rc=$?
   python3 - "$out/$1.xml" <<'PY' >"$out/$1-counts" || echo "0 0" >"$out/$1-counts"
 import sys, xml.etree.ElementTree as ET
@@ -65,7 +72,7 @@ PY
   return $rc
 }
 step_unit() { pytest_step unit tests/unit; }
-step_integration() { pytest_step integration tests/integration; }
+step_integration() { bash tests/containers/build-images.sh && pytest_step integration tests/integration; }
 
 step_build() {
   banner "collection build + install + playbook by FQCN + execution environment"
@@ -185,9 +192,11 @@ step_firstcontact() {
 step_vllm_full() {
   banner "pytest tests/vllm_full (real vLLM 0.16.0 / 0.17.0 / 0.18.0 / 0.33.0 with torch, no GPU)"
   local start=$SECONDS rc envs_rc=0
-  python3 tests/support/vllm_full_env.py 0.16.0 0.17.0 0.18.0 0.33.0 || envs_rc=1
+  python3 tests/support/vllm_full_env.py "${vllm_full_versions[@]}" || envs_rc=1
+  echo "vllm_full: the envs' build, started with the run (tests/output/vllm_full-envs.log):"
+  cat "$out/vllm_full-envs.log" 2>/dev/null
   [ "$envs_rc" -ne 0 ] && echo "FAIL: a vLLM env could not be built; its tests skip (reasons below)"
-  echo "vllm_full: envs ready after $((SECONDS - start)) s"
+  echo "vllm_full: envs ready after $((SECONDS - start)) s of waiting"
   pytest_step vllm_full tests/vllm_full -rs
   rc=$?
   [ "$envs_rc" -ne 0 ] && rc=1
@@ -197,7 +206,8 @@ step_vllm_full() {
 
 # A second lane: the fleet scenario spends most of its time waiting (drains of 20 s streams,
 # health waits, the router), and vllm_full mostly on one interpreter, so on 2 cores they run
-# beside the other steps (from integration on) instead of after them. GPUSERVE_SERIAL=1: one lane.
+# beside the other steps, from the first one on (the lane builds the test images first; steps
+# that need them wait for that build), instead of after them. GPUSERVE_SERIAL=1: one lane.
 lane_scenario=""
 lane_steps=()
 lane_pid=""
@@ -209,8 +219,10 @@ fi
 start_lane() {
   [ -z "$lane_scenario" ] || [ -n "$lane_pid" ] && return 0
   banner "second lane: molecule:$lane_scenario ${lane_steps[*]} (output in tests/output/lane.log)"
-  bash tests/containers/build-images.sh || echo "WARNING: image build failed; the lane's scenario will fail"
   (
+    start=$SECONDS
+    bash tests/containers/build-images.sh || echo "WARNING: image build failed; the lane's scenario will fail"
+    echo "lane: images $((SECONDS - start)) s"
     start=$SECONDS
     banner "molecule test -s $lane_scenario (second lane)"
     molecule test -s "$lane_scenario"; echo $? >"$out/lane-molecule.rc"
@@ -242,7 +254,7 @@ finish_lane() {
 
 for step in "${steps[@]}"; do
   step_start=$SECONDS
-  [[ " unit lint sanity " != *" $step "* ]] && start_lane
+  start_lane
   [[ " ${lane_steps[*]} " == *" $step "* ]] && { echo "$step runs in the second lane"; continue; }
   case "$step" in
     lint | sanity | build | rehearsal | firstcontact) "step_$step"; record "$step" $? ;;

@@ -9,6 +9,10 @@
 # change to either rebuilds them. GPUSERVE_REBUILD_IMAGES=1 forces a rebuild.
 # Facts behind each step: ../shared/reference/containers.md.
 set -euo pipefail
+# One build at a time: tests/run.sh builds them in its second lane while the first one's steps that
+# need them wait here, then reuse them.
+exec 9>"${TMPDIR:-/tmp}/gpuserve-build-images.lock"
+flock 9
 
 base=localhost/gpuserve-debian12:latest
 systemd_image=localhost/gpuserve-debian12-systemd:latest
