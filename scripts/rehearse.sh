@@ -8,7 +8,7 @@
 # starting vLLM; vLLM itself is a real wheel from the package index, installed with --no-deps.
 # The node is air-gapped (podman --network none): every wheel it installs comes from a wheelhouse
 # that the real playbooks/build_wheelhouse.yml builds here first (incrementally) from the
-# inventory's pins, mounted read-only into the node (docs/air-gapped.md).
+# inventory's pins, and site.yml copies to the node (gpuserve.vllm.wheelhouse; docs/air-gapped.md).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,8 +48,8 @@ version="$(ansible-inventory -i inventories/rehearsal --host "$node" |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["vllm_install_version"])')"
 python3 tests/support/vllm_wheels.py "$version" >/dev/null
 
-# A node made by an older rehearse.sh (with a network, without the wheelhouse) is made again.
-layout=air-gapped-1
+# A node made by an older rehearse.sh (with a network, or the wheelhouse mounted) is made again.
+layout=air-gapped-2
 if podman container exists "$node" &&
   [ "$(podman inspect -f '{{index .Config.Labels "gpuserve.rehearsal"}}' "$node")" != "$layout" ]; then
   echo "[rehearse] $node was made by an older rehearse.sh: making it again ($layout)"
@@ -58,10 +58,9 @@ fi
 wheelhouse="${GPUSERVE_CACHE:-$HOME/.cache/gpuserve}/wheelhouse-rehearsal"
 mkdir -p "$wheelhouse"
 if ! podman container exists "$node"; then
-  echo "[rehearse] creating node $node (no network; the wheelhouse at /var/cache/gpuserve/wheelhouse)"
+  echo "[rehearse] creating node $node (no network; site.yml copies the wheelhouse to it)"
   podman run -d --name "$node" --hostname "$node" --systemd always --network none \
     --label "gpuserve.rehearsal=$layout" \
-    --volume "$wheelhouse:/var/cache/gpuserve/wheelhouse:ro" \
     localhost/gpuserve-debian12-systemd:latest /sbin/init >/dev/null
 fi
 [ "$(podman inspect -f '{{.State.Running}}' "$node")" = true ] || podman start "$node" >/dev/null
