@@ -73,6 +73,18 @@ options:
     description: C(--no-deps); install the listed distributions only, not their dependencies.
     type: bool
     default: false
+  hashes_from:
+    description:
+      - A wheelhouse built by gpuserve.vllm.python_wheelhouse (its C(gpuserve-wheelhouse.json)).
+        The install is then two runs of the installer - an offline resolution (C(--dry-run)) says
+        which distributions it takes, and those alone are installed with C(--no-deps
+        --require-hashes), each pinned to the sha256 the manifest lists, so the installer checks
+        every file as it reads it.
+      - A distribution the resolution takes that the manifest does not list (another find-links
+        folder, an index) fails the task before anything is installed, naming it.
+      - Empty - the installer's own resolution and install, in one run.
+    type: path
+    default: ""
   uv_cache_dir:
     description: C(UV_CACHE_DIR) for uv; empty means uv's default.
     type: path
@@ -118,6 +130,15 @@ EXAMPLES = r"""
     uv_cache_dir: /var/cache/gpuserve/uv
     uv_link_mode: copy
 
+- name: Install vLLM from an air-gapped node's wheelhouse, every file checked against its manifest
+  gpuserve.vllm.python_env_install:
+    python: /opt/ml-env/bin/python
+    uv: /opt/ml-env-tools/bin/uv
+    requirements: [vllm==0.17.0]
+    find_links: [/var/lib/gpuserve/wheelhouse]
+    no_index: true
+    hashes_from: /var/lib/gpuserve/wheelhouse
+
 - name: Install a lock file's pins offline with the env's own pip
   gpuserve.vllm.python_env_install:
     python: /opt/ml-env/bin/python
@@ -129,7 +150,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 cmd:
-  description: The installer's command line (a temporary path stands for O(requirements_text)).
+  description:
+    - The installer's command line (a temporary path stands for O(requirements_text)).
+    - With O(hashes_from), the hashed install's (C(--require-hashes -r <lock>)), or the
+      resolution's when it found nothing to install.
   returned: always
   type: list
   elements: str
@@ -167,6 +191,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _pyenv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _wheelhouse as wh
 
 
 def _tail(text: str, lines: int = 8) -> str:
@@ -174,7 +199,7 @@ def _tail(text: str, lines: int = 8) -> str:
 
 
 def main() -> None:
-    """Build the command, run it once, report what the installer says it changed."""
+    """Build the command, run it (twice with hashes_from), report what the installer says it changed."""
     module = AnsibleModule(
         argument_spec={
             "python": {"type": "path", "required": True},
@@ -187,6 +212,7 @@ def main() -> None:
             "extra_index_urls": {"type": "list", "elements": "str", "default": []},
             "no_index": {"type": "bool", "default": False},
             "no_deps": {"type": "bool", "default": False},
+            "hashes_from": {"type": "path", "default": ""},
             "uv_cache_dir": {"type": "path", "default": ""},
             "uv_link_mode": {"type": "str", "default": "",
                              "choices": ["", "copy", "hardlink", "symlink", "clone"]},
@@ -208,31 +234,49 @@ def main() -> None:
         module.fail_json(msg=f"uv: no executable at {p['uv']}; gpuserve.vllm.ml_env installs uv "
                              f"there, or use installer: pip")
 
+    env = _pyenv.uv_environment(p["uv_cache_dir"], p["uv_link_mode"], p["uv_native_tls"]) \
+        if installer == "uv" else {}
     with tempfile.TemporaryDirectory(prefix="gpuserve-install-") as tmp:
         files = []
         if p["requirements_text"] is not None:
             files.append(os.path.join(tmp, "requirements.txt"))
             with open(files[0], "w", encoding="utf-8") as handle:
                 handle.write(p["requirements_text"])
-        try:
-            argv = _pyenv.install_argv(
-                installer, python, p["requirements"], uv=p["uv"] or "", requirements_files=files,
-                find_links=p["find_links"], index_url=p["index_url"],
-                extra_index_urls=p["extra_index_urls"], no_index=p["no_index"],
-                no_deps=p["no_deps"], dry_run=module.check_mode)
-        except ValueError as exc:
-            module.fail_json(msg=str(exc))
-        env = _pyenv.uv_environment(p["uv_cache_dir"], p["uv_link_mode"], p["uv_native_tls"]) \
-            if installer == "uv" else {}
-        rc, out, err = module.run_command(argv, environ_update=env)
+        hashed = bool(p["hashes_from"])
+        argv, rc, out, err = _run(module, p["requirements"], files, dry_run=module.check_mode or hashed, env=env)
+        report = _pyenv.parse_install_report(installer, out, err)
+        if hashed and not module.check_mode and report["installed"]:
+            try:
+                lock = wh.hashed_lock(wh.load_manifest(p["hashes_from"]), report["installed"], p["hashes_from"])
+            except wh.WheelhouseError as exc:
+                module.fail_json(msg=f"hashes_from: {exc}. Nothing was installed into the environment of {python}.",
+                                 cmd=argv, stdout=out, stderr=err)
+            lock_path = os.path.join(tmp, "hashed-lock.txt")
+            with open(lock_path, "w", encoding="utf-8") as handle:
+                handle.write(lock)
+            argv, rc, out, err = _run(module, [], [lock_path], no_deps=True, require_hashes=True, env=env)
+            report = _pyenv.parse_install_report(installer, out, err)
+    module.exit_json(changed=_pyenv.report_changed(report), cmd=argv, stdout=out, stderr=err, **report)
 
+
+def _run(module: AnsibleModule, packages: list, files: list, *, env: dict, dry_run: bool = False,
+         no_deps: bool | None = None, require_hashes: bool = False) -> tuple[list, int, str, str]:
+    """One run of the installer with the module's sources; a failure ends the module, naming it."""
+    p = module.params
+    try:
+        argv = _pyenv.install_argv(
+            p["installer"], p["python"], packages, uv=p["uv"] or "", requirements_files=files,
+            find_links=p["find_links"], index_url=p["index_url"], extra_index_urls=p["extra_index_urls"],
+            no_index=p["no_index"], no_deps=p["no_deps"] if no_deps is None else no_deps, dry_run=dry_run,
+            require_hashes=require_hashes)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    rc, out, err = module.run_command(argv, environ_update=env)
     if rc != 0:
-        module.fail_json(msg=f"{installer} could not install into the environment of {python} "
+        module.fail_json(msg=f"{p['installer']} could not install into the environment of {p['python']} "
                              f"(rc={rc}): {_tail(err or out)}",
                          rc=rc, cmd=argv, stdout=out, stderr=err)
-    report = _pyenv.parse_install_report(installer, out, err)
-    module.exit_json(changed=_pyenv.report_changed(report), cmd=argv, stdout=out, stderr=err,
-                     **report)
+    return argv, rc, out, err
 
 
 if __name__ == "__main__":

@@ -277,7 +277,7 @@ def install_argv(installer: str, python: str, packages: t.Sequence[str] = (), *,
                  uv: str = "", requirements_files: t.Sequence[str] = (),
                  find_links: t.Sequence[str] = (), index_url: str = "",
                  extra_index_urls: t.Sequence[str] = (), no_index: bool = False,
-                 no_deps: bool = False, dry_run: bool = False) -> list[str]:
+                 no_deps: bool = False, dry_run: bool = False, require_hashes: bool = False) -> list[str]:
     """The `uv pip install` / `python -m pip install` argv for one transaction (no shell).
 
     uv is told the environment with --python; pip is the environment's own (python -m pip).
@@ -303,6 +303,8 @@ def install_argv(installer: str, python: str, packages: t.Sequence[str] = (), *,
         argv.append("--no-index")
     if no_deps:
         argv.append("--no-deps")
+    if require_hashes:
+        argv.append("--require-hashes")
     if dry_run:
         argv.append("--dry-run")
     for path in requirements_files:

@@ -247,6 +247,48 @@ def missing_requirements(manifest: t.Mapping[str, t.Any], requirements: t.Sequen
     return missing
 
 
+def hashed_lock(manifest: t.Mapping[str, t.Any], resolved: t.Sequence[t.Mapping[str, str]], directory: str) -> str:
+    """The requirements text that installs exactly what an offline resolution chose, each
+    `name==version` with the sha256 of every wheel of it the manifest lists (--require-hashes).
+
+    Why: the wheelhouse is checked against SHA256SUMS before the install; with these lines the
+    installer checks each file again as it reads it, and takes nothing the builder did not hash.
+    """
+    hashes: dict[tuple[str, str], list[str]] = {}
+    for name, meta in sorted(manifest["files"].items()):
+        try:
+            hashes.setdefault(wheel_name_version(name), []).append(meta["sha256"])
+        except WheelhouseError:
+            continue
+    lines, unknown = [], []
+    for dist in resolved:
+        key = (normalize_name(dist["name"]), dist["version"])
+        if key not in hashes:
+            unknown.append(f"{key[0]}=={key[1]}")
+            continue
+        lines.append(f"{key[0]}=={key[1]} " + " ".join(f"--hash=sha256:{h}" for h in hashes[key]))
+    if unknown:
+        raise WheelhouseError(f"the install would take {', '.join(unknown)}, which the manifest of the "
+                              f"wheelhouse {directory} does not list (a wheel from another find-links "
+                              "folder?): only what the builder hashed is installed")
+    return "".join(line + "\n" for line in sorted(lines))
+
+
+def push_plan(manifest: t.Mapping[str, t.Any], control: t.Mapping[str, str], host_sums: str, directory: str) -> list[str]:
+    """What a push must send: the wheels whose sha256 on the host (`sha256sum` of the folder's
+    files, run there) is not the manifest's, then SHA256SUMS and the manifest when theirs differ
+    from the controller's (`control`). They go last: a host never holds a manifest naming a wheel
+    that has not arrived whole. A file the host lacks has no line and is sent.
+    """
+    on_host = {}
+    for line in host_sums.splitlines():
+        parts = line.split("  ", 1)
+        if len(parts) == 2 and os.path.dirname(parts[1]) == directory.rstrip("/"):
+            on_host[os.path.basename(parts[1])] = parts[0]
+    wheels = sorted(n for n, meta in manifest["files"].items() if on_host.get(n) != meta["sha256"])
+    return wheels + [n for n in (SUMS, MANIFEST) if on_host.get(n) != control[n]]
+
+
 def verify(directory: str, manifest: t.Mapping[str, t.Any], sums: t.Mapping[str, str],
            hasher: t.Callable[[str], str] = sha256_file) -> list[str]:
     """Every problem of the wheelhouse on this host: a file missing, of another size or hash, or

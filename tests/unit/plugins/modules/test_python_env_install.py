@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _wheelhouse as wh
 from ansible_collections.gpuserve.vllm.plugins.modules import python_env_install
 
 from module_runner import run_module_main
@@ -105,3 +106,59 @@ def test_installer_failure_names_the_cause(env: tuple[Path, Path], monkeypatch: 
     assert result["failed"] and result["rc"] == 1
     assert "pip could not install into the environment of" in result["msg"]
     assert "gpuserve-probe==9.9" in result["msg"]
+
+
+def _wheelhouse(root: Path, versions: tuple[str, ...]) -> Path:
+    """A wheelhouse as python_wheelhouse writes it (manifest + SHA256SUMS) around probe wheels."""
+    house = root / "house"
+    house.mkdir()
+    for version in versions:
+        _wheel(house, version)
+    names = sorted(path.name for path in house.glob("*.whl"))
+    sets = [{"key": "probe-x", "name": "probe", "requirements": ["gpuserve-probe==1.0"], "no_deps": False,
+             "files": names}]
+    hashes = {name: wh.sha256_file(str(house / name)) for name in names}
+    wh.write(str(house), wh.build_manifest(str(house), sets, hashes,
+                                           {"python": "3.11", "glibc": "2.36", "machine": "x86_64"}))
+    return house
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_hashes_from_installs_only_what_the_builder_hashed(installer: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    if installer == "uv" and not UV.exists():
+        pytest.skip(f"uv 0.13.9 not cached at {UV}")
+    house = _wheelhouse(tmp_path, ("1.0", "2.0"))
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "env")], check=True)
+    python = tmp_path / "env" / "bin" / "python"
+
+    def run(pin: str, find_links: list[str], check: bool = False) -> dict:
+        return run_module_main(python_env_install, {
+            "python": str(python), "installer": installer, "uv": str(UV), "requirements": [f"gpuserve-probe=={pin}"],
+            "find_links": find_links, "no_index": True, "hashes_from": str(house),
+            "uv_cache_dir": str(tmp_path / "uv-cache"), "_ansible_check_mode": check}, monkeypatch)
+
+    dry = run("1.0", [str(house)], check=True)
+    assert (dry["changed"], "--dry-run" in dry["cmd"], _installed(python)) == (True, True, "-")
+    first = run("1.0", [str(house)])
+    assert (first["changed"], _installed(python)) == (True, "1.0")
+    assert {"--require-hashes", "--no-deps"} <= set(first["cmd"]) and "gpuserve-probe==1.0" not in first["cmd"]
+    again = run("1.0", [str(house)])
+    assert (again["changed"], "--require-hashes" in again["cmd"]) == (False, False)  # nothing left to install
+
+    # Another folder on find_links offers a 3.0 the builder never saw: refused before installing.
+    other = tmp_path / "other"
+    other.mkdir()
+    _wheel(other, "3.0")
+    refused = run("3.0", [str(house), str(other)])
+    assert refused["failed"] and "would take gpuserve-probe==3.0, which the manifest of the wheelhouse" in refused["msg"]
+    assert _installed(python) == "1.0"
+
+    # A wheel whose bytes changed after the manifest was written (still a valid wheel): the
+    # installer itself refuses it, hash in hand.
+    wheel = house / "gpuserve_probe-2.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "a") as whl:
+        whl.writestr("gpuserve_probe_extra.py", "TAMPERED = True\n")
+    tampered = run("2.0", [str(house)])
+    assert tampered["failed"] and "--require-hashes" in tampered["cmd"]
+    assert "hash" in tampered["msg"].lower() and _installed(python) == "1.0"

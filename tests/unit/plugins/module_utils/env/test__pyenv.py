@@ -155,6 +155,10 @@ def test_inspect_script_on_this_interpreter() -> None:
         ("pip", [], {"requirements_files": ["/e/req.txt"], "dry_run": True},
          ["/e/bin/python", "-I", "-m", "pip", "install", "--disable-pip-version-check", "--dry-run",
           "-r", "/e/req.txt"]),
+        ("uv", [], {"uv": "uv", "requirements_files": ["/t/lock.txt"], "find_links": ["/w"], "no_index": True,
+                    "no_deps": True, "require_hashes": True},
+         ["uv", "pip", "install", "--python", "/e/bin/python", "--compile-bytecode", "--find-links=/w",
+          "--no-index", "--no-deps", "--require-hashes", "-r", "/t/lock.txt"]),
     ],
 )
 def test_install_argv(installer, packages, options, expected) -> None:

@@ -174,6 +174,26 @@ def test_missing_requirements_names_the_pins_no_wheel_provides():
         wh.missing_requirements(manifest, ["vllm>=0.17"])
 
 
+def test_hashed_lock_pins_what_was_resolved_with_every_hash_of_it():
+    manifest = {"files": {
+        UV_WHEEL: {"sha256": "a" * 64},
+        "Charset_Normalizer-3.5.3-cp311-cp311-manylinux1_x86_64.whl": {"sha256": "b" * 64},
+        "charset_normalizer-3.5.3-cp311-cp311-musllinux_1_1_x86_64.whl": {"sha256": "c" * 64},
+        "six-1.16.0-py2.py3-none-any.whl": {"sha256": "d" * 64},
+        "six-1.17.0-py2.py3-none-any.whl": {"sha256": "e" * 64},
+    }}
+    resolved = [{"name": "six", "version": "1.17.0"}, {"name": "charset-normalizer", "version": "3.5.3"}]
+    assert wh.hashed_lock(manifest, resolved, "/srv/wh") == (
+        f"charset-normalizer==3.5.3 --hash=sha256:{'b' * 64} --hash=sha256:{'c' * 64}\n"
+        f"six==1.17.0 --hash=sha256:{'e' * 64}\n")
+
+
+def test_hashed_lock_refuses_what_the_builder_did_not_hash():
+    manifest = {"files": {UV_WHEEL: {"sha256": "a" * 64}}}
+    with pytest.raises(wh.WheelhouseError, match=r"would take six==1.17.0, which the manifest of the wheelhouse /srv/wh"):
+        wh.hashed_lock(manifest, [{"name": "uv", "version": "0.13.9"}, {"name": "Six", "version": "1.17.0"}], "/srv/wh")
+
+
 def test_trust_problems_name_a_file_every_user_may_write(tmp_path):
     (tmp_path / "a-1-py3-none-any.whl").write_bytes(b"a")
     assert wh.trust_problems(str(tmp_path), ["a-1-py3-none-any.whl"]) == []
@@ -193,3 +213,30 @@ def test_trust_problems_name_a_file_every_user_may_write(tmp_path):
 def test_platform_problem_a_newer_glibc_is_fine_nothing_else_differs(host, says):
     problem = wh.platform_problem({"python": "3.11", "glibc": "2.36", "machine": "x86_64"}, host)
     assert (says in problem) if says else problem == ""
+
+
+def _sums(directory: str, hashes: dict[str, str]) -> str:
+    return "".join(f"{h}  {directory}/{name}\n" for name, h in hashes.items())
+
+
+PUSH_MANIFEST = {"files": {"b-1-py3-none-any.whl": {"sha256": "b" * 64}, "a-1-py3-none-any.whl": {"sha256": "a" * 64}}}
+CONTROL = {wh.SUMS: "5" * 64, wh.MANIFEST: "7" * 64}
+
+
+@pytest.mark.parametrize(("on_host", "expected"), [
+    ({}, ["a-1-py3-none-any.whl", "b-1-py3-none-any.whl", wh.SUMS, wh.MANIFEST]),  # a first push
+    ({"a-1-py3-none-any.whl": "a" * 64, "b-1-py3-none-any.whl": "b" * 64, wh.SUMS: "5" * 64, wh.MANIFEST: "7" * 64},
+     []),  # in place: nothing sent
+    ({"a-1-py3-none-any.whl": "a" * 64, "b-1-py3-none-any.whl": "0" * 64, wh.SUMS: "5" * 64, wh.MANIFEST: "7" * 64},
+     ["b-1-py3-none-any.whl"]),  # a changed byte on the host
+    ({"a-1-py3-none-any.whl": "a" * 64, wh.SUMS: "4" * 64, wh.MANIFEST: "6" * 64},
+     ["b-1-py3-none-any.whl", wh.SUMS, wh.MANIFEST]),  # an upgrade, or a push killed after its first wheel
+])
+def test_push_plan_sends_what_differs_wheels_first(on_host, expected):
+    assert wh.push_plan(PUSH_MANIFEST, CONTROL, _sums("/srv/wh", on_host), "/srv/wh/") == expected
+
+
+def test_push_plan_reads_only_lines_of_the_folder():
+    elsewhere = _sums("/tmp", {"a-1-py3-none-any.whl": "a" * 64})
+    assert wh.push_plan(PUSH_MANIFEST, CONTROL, elsewhere + "sha256sum: /srv/wh/b: No such file\n", "/srv/wh")[0] == \
+        "a-1-py3-none-any.whl"
