@@ -40,4 +40,16 @@ if [ "$(cat "$conf" 2>/dev/null)" != "$want" ]; then
   echo "[setup-host] wrote $conf"
 fi
 podman info --format '{{.Host.OCIRuntime.Name}} {{.Host.CgroupManager}}' >/dev/null
+
+# The molecule scenarios that need no package index run on this network: internal (no route out),
+# reachable from this host (SSH). Their molecule.yml names it in extra_opts, not as `network`, so
+# molecule's destroy does not delete it and its create does not make an ordinary one instead.
+airgap=gpuserve-molecule-airgap
+if ! podman network exists "$airgap"; then
+  podman network create --internal "$airgap" >/dev/null
+  echo "[setup-host] created the internal podman network $airgap"
+elif [ "$(podman network inspect --format '{{.Internal}}' "$airgap")" != true ]; then
+  echo "[setup-host] podman network $airgap exists and is not internal: podman network rm $airgap, then run this again" >&2
+  exit 1
+fi
 echo "[setup-host] podman ready: $(podman --version)"
