@@ -72,11 +72,12 @@ class Fleet:
     def hosts(self) -> list[str]:
         return [self.host(n) for n in self.names]
 
-    def create(self, extra: t.Mapping[str, t.Sequence[str]] | None = None) -> None:
-        """Start every host; extra: name -> more `podman run` options (mounts, capabilities)."""
+    def create(self, extra: t.Mapping[str, t.Sequence[str]] | None = None, internal: bool = False) -> None:
+        """Start every host; extra: name -> more `podman run` options (mounts, capabilities);
+        internal: the network has no route out (air-gapped hosts, still reached over SSH from here)."""
         image = ensure_image()
         self.destroy()
-        sh("podman", "network", "create", self.network)
+        sh("podman", "network", "create", *(["--internal"] if internal else []), self.network)
         for name in self.names:
             sh("podman", "run", "-d", "--init", "--name", self.host(name), "--hostname", self.host(name),
                "--network", self.network, *(extra or {}).get(name, ()), image, "bash", "-c", START)
@@ -108,10 +109,10 @@ class Fleet:
         sh("podman", "cp", str(local), f"{host}:{remote}")
 
     def inventory(self, path: Path, hostvars: t.Mapping[str, t.Mapping[str, t.Any]] | None = None,
-                  group_vars: t.Mapping[str, t.Any] | None = None) -> Path:
+                  group_vars: t.Mapping[str, t.Any] | None = None, group: str = "weights_fleet") -> Path:
         hosts = {self.host(n): {"ansible_host": self.addresses[self.host(n)], **(hostvars or {}).get(n, {})}
                  for n in self.names}
-        data = {"all": {"children": {"weights_fleet": {"hosts": hosts}},
+        data = {"all": {"children": {group: {"hosts": hosts}},
                         "vars": {"ansible_connection": "ssh", "ansible_user": "root",
                                  "ansible_ssh_private_key_file": str(self.key),
                                  # throwaway containers: their host keys are new every run

@@ -1,4 +1,4 @@
-"""An air-gapped router host (podman --network none) gets uv and vllm-router from a wheelhouse
+"""An air-gapped router host (an internal podman network: no route out) gets uv and vllm-router from a wheelhouse
 the real playbooks/build_wheelhouse.yml built here from the package index, pushed to it by
 site.yml itself (gpuserve_wheelhouse_source: the wheelhouse role in the routers' play).
 
@@ -35,7 +35,8 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
 
 HERE = Path(__file__).resolve().parent
 SITE = REPO / "playbooks" / "site.yml"
-HOST = "gpuserve-wheelhouse-it"
+PREFIX = "gpuserve-wheelhouse-it"
+HOST = f"{PREFIX}-router"
 REMOTE = "/srv/wheelhouse"
 
 
@@ -60,19 +61,16 @@ def _in_host(command: str) -> subprocess.CompletedProcess:
 def ctx(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[dict[str, t.Any]]:
     if shutil.which("podman") is None:
         pytest.fail("needs podman (bash tests/containers/setup-host.sh)")
-    if wf.sh("podman", "image", "exists", wf.BASE_IMAGE, check=False).returncode != 0:
-        wf.sh("bash", str(REPO / "tests/containers/build-images.sh"), timeout=1200)
     work = tmp_path_factory.mktemp("wheelhouse")
-    wf.sh("podman", "rm", "-f", HOST, check=False)
-    wf.sh("podman", "run", "-d", "--name", HOST, "--network", "none", wf.BASE_IMAGE, "sleep", "infinity")
-    inventory = work / "inventory.json"
-    inventory.write_text(json.dumps({"all": {"children": {"vllm_routers": {"hosts": {HOST: {
-        "ansible_connection": "containers.podman.podman", "ansible_python_interpreter": "/usr/bin/python3",
+    # Reached over SSH with pipelining, as a router host is; its network is internal (no route out).
+    fleet = wf.Fleet(PREFIX, ["router"], work)
+    fleet.create(internal=True)
+    inventory = fleet.inventory(work / "inventory.json", group="vllm_routers", group_vars={
         # No systemd in this container: the router is installed and configured, not started.
         "vllm_router_start": False, "vllm_router_validate_unit": False,
-        "vllm_router_worker_urls": ["http://127.0.0.1:8000"], "vllm_router_wheelhouse": REMOTE}}}}}}))
+        "vllm_router_worker_urls": ["http://127.0.0.1:8000"], "vllm_router_wheelhouse": REMOTE})
     yield {"inventory": inventory, "house": work / "wh"}
-    wf.sh("podman", "rm", "-f", HOST, check=False)
+    fleet.destroy()
 
 
 def _build(ctx):

@@ -124,13 +124,13 @@ def _wheelhouse(root: Path, versions: tuple[str, ...]) -> Path:
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
-def test_hashes_from_installs_only_what_the_builder_hashed(installer: str, tmp_path: Path,
+def test_hashes_from_installs_only_what_the_builder_hashed(installer: str, env: tuple[Path, Path], tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     if installer == "uv" and not UV.exists():
         pytest.skip(f"uv 0.13.9 not cached at {UV}")
     house = _wheelhouse(tmp_path, ("1.0", "2.0"))
-    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "env")], check=True)
-    python = tmp_path / "env" / "bin" / "python"
+    python = env[0]
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "gpuserve-probe"], check=False)
 
     def run(pin: str, find_links: list[str], check: bool = False) -> dict:
         return run_module_main(python_env_install, {
