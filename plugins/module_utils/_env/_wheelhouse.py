@@ -283,7 +283,7 @@ def push_plan(manifest: t.Mapping[str, t.Any], control: t.Mapping[str, str], hos
     on_host = {}
     for line in host_sums.splitlines():
         parts = line.split("  ", 1)
-        if len(parts) == 2 and os.path.dirname(parts[1]) == directory.rstrip("/"):
+        if len(parts) == 2 and os.path.normpath(os.path.dirname(parts[1])) == os.path.normpath(directory):
             on_host[os.path.basename(parts[1])] = parts[0]
     wheels = sorted(n for n, meta in manifest["files"].items() if on_host.get(n) != meta["sha256"])
     return wheels + [n for n in (SUMS, MANIFEST) if on_host.get(n) != control[n]]

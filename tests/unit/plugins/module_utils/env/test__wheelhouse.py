@@ -236,6 +236,12 @@ def test_push_plan_sends_what_differs_wheels_first(on_host, expected):
     assert wh.push_plan(PUSH_MANIFEST, CONTROL, _sums("/srv/wh", on_host), "/srv/wh/") == expected
 
 
+def test_push_plan_of_a_folder_named_with_a_trailing_slash_sends_nothing_twice():
+    in_place = {"a-1-py3-none-any.whl": "a" * 64, "b-1-py3-none-any.whl": "b" * 64, wh.SUMS: "5" * 64, wh.MANIFEST: "7" * 64}
+    # the role hands sha256sum "<wheelhouse_path>/<name>": a path ending in / gives "//"
+    assert wh.push_plan(PUSH_MANIFEST, CONTROL, _sums("/srv/wh/", in_place), "/srv/wh/") == []
+
+
 def test_push_plan_reads_only_lines_of_the_folder():
     elsewhere = _sums("/tmp", {"a-1-py3-none-any.whl": "a" * 64})
     assert wh.push_plan(PUSH_MANIFEST, CONTROL, elsewhere + "sha256sum: /srv/wh/b: No such file\n", "/srv/wh")[0] == \
