@@ -47,20 +47,23 @@ def vllm_router_settings(routers: t.Sequence[str], hostvars: t.Mapping[str, t.An
         raise AnsibleFilterError(f"vllm_router_settings: {exc}") from exc
 
 
-def vllm_router_view(results: t.Sequence[t.Mapping[str, t.Any]], url: str) -> list[dict[str, t.Any]]:
-    """registered_workers.results | vllm_router_view(node_url)."""
-    return vf.router_view(list(results or []), url)
+def vllm_router_view(results: t.Sequence[t.Mapping[str, t.Any]], url: str,
+                     units: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> list[dict[str, t.Any]]:
+    """registered_workers.results | vllm_router_view(node_url, registered_units.results)."""
+    return vf.router_view(list(results or []), url, list(units or []))
 
 
 def vllm_router_removal_problems(results: t.Sequence[t.Mapping[str, t.Any]], leaving: t.Sequence[str],
-                                 settings: t.Sequence[t.Mapping[str, t.Any]]) -> list[str]:
-    """registered_workers.results | vllm_router_removal_problems(leaving_urls, settings)."""
-    return vf.removal_problems(list(results or []), list(leaving or []), list(settings or []))
+                                 settings: t.Sequence[t.Mapping[str, t.Any]],
+                                 units: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> list[str]:
+    """registered_workers.results | vllm_router_removal_problems(leaving_urls, settings, units)."""
+    return vf.removal_problems(list(results or []), list(leaving or []), list(settings or []), list(units or []))
 
 
-def vllm_router_reconcile(workers: t.Sequence[t.Mapping[str, t.Any]], desired: t.Sequence[str]) -> dict[str, list[str]]:
-    """router_workers | vllm_router_reconcile(desired_urls) -> {add, remove}."""
-    return vf.reconcile(list(workers or []), list(desired or []))
+def vllm_router_reconcile(workers: t.Sequence[t.Mapping[str, t.Any]], desired: t.Sequence[str],
+                          min_healthy: t.Any = 1) -> dict[str, t.Any]:
+    """router_workers | vllm_router_reconcile(desired_urls, floor) -> {add, remove, refused, msg}."""
+    return vf.reconcile(list(workers or []), list(desired or []), min_healthy)
 
 
 def vllm_drain_settings(settings: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any]:

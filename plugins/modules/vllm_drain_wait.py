@@ -20,8 +20,10 @@ description:
     and 22545). While gauges and token counters (C(vllm:prompt_tokens_total),
     C(vllm:generation_tokens_total)) stay unchanged for O(stale_after) seconds, the gauges are
     taken for stale - the module returns with outcome C(stale) and a warning.
-  - A C(/metrics) that does not answer (the server died) ends the wait at once - outcome
-    C(unreachable), nothing to drain.
+  - A failed reading is not "drained". When C(/metrics) gives no reading and systemd says the
+    server's process is gone (O(service)), the wait ends at once - outcome C(gone), nothing to
+    drain. While the process runs, or its state cannot be read, the wait goes on; O(unread_after)
+    seconds of failed readings in a row fail it - outcome C(unread) - and the node is not stopped.
   - Fails with outcome C(timeout) after O(timeout) seconds of requests still making progress.
 author:
   - gpuserve maintainers (@gpuserve)
@@ -49,6 +51,16 @@ options:
     description: Seconds of unchanged gauges and token counters after which the gauges count as stale.
     type: int
     default: 120
+  unread_after:
+    description: Seconds of failed C(/metrics) readings in a row, while the process runs, after which the drain fails.
+    type: int
+    default: 60
+  service:
+    description:
+      - The server's systemd unit, asked (C(systemctl show)) whether its process still runs when a reading fails.
+      - Empty, or a host without systemd - it cannot be told, and a failed reading waits as for a live process.
+    type: str
+    default: vllm.service
 """
 
 EXAMPLES = r"""
@@ -60,7 +72,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 outcome:
-  description: C(drained), C(stale), C(unreachable) or C(timeout).
+  description: C(drained), C(stale), C(gone) (the process is gone - nothing to drain), C(unread) (failed) or C(timeout) (failed).
   returned: always
   type: str
 elapsed:
@@ -89,6 +101,7 @@ msg:
   type: str
 """
 
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -96,6 +109,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._drain import DrainWatch
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._http import http_request
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._nodestate import gauges
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._unit import parse_systemctl_show
 
 
 def read(url: str) -> dict | None:
@@ -104,6 +118,22 @@ def read(url: str) -> dict | None:
         return None
     reading = gauges(text)
     return reading if reading["present"] else None
+
+
+def process_alive(module: AnsibleModule, service: str) -> bool | None:
+    """Whether the unit's main process runs; None when it cannot be told (no systemd, no answer)."""
+    if not service or not os.path.isdir("/run/systemd/system"):
+        return None
+    rc, out, _err = module.run_command(["systemctl", "show", service, "--property=ActiveState",
+                                        "--property=MainPID"])
+    if rc != 0:
+        return None
+    props = parse_systemctl_show(out)
+    try:
+        pid = int(props.get("MainPID") or 0)
+    except ValueError:
+        return None
+    return props.get("ActiveState") in ("active", "reloading", "deactivating") and pid > 0
 
 
 def main() -> None:
@@ -115,12 +145,14 @@ def main() -> None:
             "poll": {"type": "float", "default": 1.0},
             "settle": {"type": "float", "default": 2.0},
             "stale_after": {"type": "int", "default": 120},
+            "unread_after": {"type": "int", "default": 60},
+            "service": {"type": "str", "default": "vllm.service"},
         },
         supports_check_mode=True,
     )
     p = module.params
     try:
-        watch = DrainWatch(p["timeout"], p["stale_after"])
+        watch = DrainWatch(p["timeout"], p["stale_after"], p["unread_after"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     if module.check_mode:
@@ -128,13 +160,15 @@ def main() -> None:
                          waiting=0.0, max_in_flight=0.0, msg="check mode: the drain is not waited for")
     time.sleep(max(0.0, p["settle"]))
     while True:
-        verdict = watch.feed(time.monotonic(), read(p["metrics_url"]))
+        reading = read(p["metrics_url"])
+        alive = process_alive(module, p["service"]) if reading is None else True
+        verdict = watch.feed(time.monotonic(), reading, alive)
         if verdict["done"]:
             break
         time.sleep(max(0.1, p["poll"]))
     result = {k: verdict[k] for k in ("outcome", "elapsed", "polls", "running", "waiting",
                                       "max_in_flight", "msg")}
-    if verdict["outcome"] == "timeout":
+    if verdict["outcome"] in ("timeout", "unread"):
         module.fail_json(**result)
     if verdict["outcome"] == "stale":
         module.warn(verdict["msg"])

@@ -79,6 +79,13 @@ options:
     description: Seconds for each HTTP request.
     type: int
     default: 3
+  tries:
+    description:
+      - How many times C(/health) and C(/metrics) are read (1 s apart) while nothing answers in
+        O(timeout) - a refused connection is an answer (nothing listens), a time-out is not.
+      - A read still unanswered is returned as unknown (C(known) false), never as "not serving".
+    type: int
+    default: 3
   gpu_memory:
     description: Also read each GPU's total and free memory with nvidia-smi (for a canary beside the server).
     type: bool
@@ -149,11 +156,13 @@ reboot:
   returned: always
   type: dict
 health:
-  description: C(status) (HTTP status, null when nothing answered), C(error).
+  description: C(status) (HTTP status, null when nothing answered), C(error), C(known) (false when nothing could be told - a time-out, not a refusal), C(tries).
   returned: always
   type: dict
 metrics:
-  description: C(reachable), C(running), C(waiting), C(progress) (token counters summed), C(error).
+  description:
+    - C(reachable) (the gauges were read), C(known) (read, or known to have nothing - nothing listens or no gauges).
+    - C(running), C(waiting), C(progress) (token counters summed), C(error), C(tries).
   returned: always
   type: dict
 gpus:
@@ -164,6 +173,8 @@ gpus:
 """
 
 import os
+import time
+import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -197,6 +208,13 @@ def _gpus(module: AnsibleModule, nvidia_smi: str) -> list:
     return parse_memory_csv(out) if rc == 0 else []
 
 
+def _read(url: str, timeout: int, tries: int, view: t.Callable[..., dict]) -> dict:
+    """One of the server's endpoints, read again while nothing answers; not asked when empty."""
+    if not url:
+        return view(None, "not asked", "refused", 0)
+    return view(*ns.probe(lambda: http_request(url, timeout=timeout), tries, lambda: time.sleep(1)))
+
+
 def main() -> None:
     """Read everything, change nothing."""
     module = AnsibleModule(
@@ -213,6 +231,7 @@ def main() -> None:
             "health_url": {"type": "str", "default": "http://127.0.0.1:8000/health"},
             "metrics_url": {"type": "str", "default": "http://127.0.0.1:8000/metrics"},
             "timeout": {"type": "int", "default": 3},
+            "tries": {"type": "int", "default": 3},
             "gpu_memory": {"type": "bool", "default": False},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
         },
@@ -244,26 +263,15 @@ def main() -> None:
     named = [link["env"], previous["env"], target["env"], process["env"]]
     named += [str((journal or {}).get(k) or "") for k in ("from", "to", "previous", "rollback_to")]
     named += [str((hold or {}).get(k) or "") for k in ("from", "to")]
-    health_status, health_text = (http_request(p["health_url"], timeout=p["timeout"])
-                                  if p["health_url"] else (None, "not asked"))
-    metrics_status, metrics_text = (http_request(p["metrics_url"], timeout=p["timeout"])
-                                    if p["metrics_url"] else (None, "not asked"))
-    metrics = {"reachable": False, "running": 0.0, "waiting": 0.0, "progress": None, "error": ""}
-    if metrics_status == 200:
-        metrics.update(ns.gauges(metrics_text))
-        metrics["reachable"] = bool(metrics.pop("present"))
-        if not metrics["reachable"]:
-            metrics["error"] = "no vllm:num_requests_running/waiting gauges"
-    else:
-        metrics["error"] = f"HTTP {metrics_status}" if metrics_status else metrics_text
+    health = _read(p["health_url"], p["timeout"], p["tries"], ns.health_view)
+    metrics = _read(p["metrics_url"], p["timeout"], p["tries"], ns.metrics_view)
     module.exit_json(
         changed=False, unit=unit, process=process, link=link, previous=previous, target=target,
         envs=ns.envs_view(named),
         files={"unit": ns.mtime(p["unit_path"]), "env_file": ns.mtime(p["env_file"]),
                "restart_marker": ns.mtime(p["restart_marker"])},
         journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
-        health={"status": health_status, "error": "" if health_status else health_text},
-        metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
+        health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
     )
 
 

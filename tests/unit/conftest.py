@@ -15,3 +15,14 @@ REPO = Path(__file__).resolve().parents[2]
 for entry in (str(REPO), str(REPO / "collections")):
     if entry not in sys.path:
         sys.path.insert(0, entry)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The model-based planner test's figures: how much it explored (a benchmark prints, never asserts)."""
+    for name, module in list(sys.modules.items()):
+        if name.endswith("test__vllm_nodeplan_model") and getattr(module, "STATS", {}).get("fleets"):
+            stats = module.STATS
+            terminalreporter.write_line(
+                "planner model: {fleets} generated fleets, {rounds} rounds of events and faults, {runs} "
+                "site.yml runs, {plans} plans, {steps} steps checked against the invariants; "
+                "{held} held, {killed} killed, {failed} failed, {refused} refused".format(**stats))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import typing as t
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._unit import parse_systemctl_show
+
 # name -> (type, minimum); every setting a serve play reads for a router.
 SETTINGS: dict[str, tuple[type, float]] = {
     "vllm_router_host": (str, 0),
@@ -23,6 +25,7 @@ SETTINGS: dict[str, tuple[type, float]] = {
     "vllm_router_drain_stale_after": (int, 1),
     "vllm_router_add_timeout": (int, 1),
     "vllm_router_min_healthy_workers": (int, 0),
+    "vllm_router_service_name": (str, 0),
 }
 # Added to the router's request timeout when vllm_router_drain_timeout is 0 (auto).
 DRAIN_MARGIN_SECS = 30
@@ -80,6 +83,7 @@ def router_settings(routers: t.Sequence[str], hostvars: t.Mapping[str, t.Mapping
             "drain_stale_after": values["vllm_router_drain_stale_after"],
             "add_timeout": values["vllm_router_add_timeout"],
             "min_healthy_workers": values["vllm_router_min_healthy_workers"],
+            "service": values["vllm_router_service_name"] + ".service",
         })
     return out
 
@@ -95,48 +99,99 @@ def drain_settings(settings: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.A
             "add_timeout": max(s["add_timeout"] for s in settings)}
 
 
-def _read(result: t.Mapping[str, t.Any]) -> tuple[bool, list[dict[str, t.Any]], str]:
-    """(reachable, workers, error) from one registered uri result of GET <router>/workers."""
+# What a router's read can say: it answers (its workers are known), it is known not to serve
+# (its host answers and the service is not installed or not running), or nothing can be told.
+SERVING, ABSENT, UNKNOWN = "serving", "absent", "unknown"
+
+
+def _unit(result: t.Mapping[str, t.Any] | None) -> dict[str, str]:
+    """`systemctl show -p LoadState -p ActiveState` as read on the router host; {} when unread."""
+    if not result or result.get("unreachable") or result.get("skipped") or result.get("rc") != 0:
+        return {}
+    return parse_systemctl_show(str(result.get("stdout") or ""))
+
+
+def _read(result: t.Mapping[str, t.Any], unit: t.Mapping[str, t.Any] | None = None
+          ) -> tuple[str, list[dict[str, t.Any]], str]:
+    """(serving | absent | unknown, workers, error) from one registered uri result of GET
+    <router>/workers and, for a router that refused, the read of its unit on its host.
+
+    Only what is known counts as absent: the host answered, nothing listens on the router's
+    port, and systemd says the service is not installed, inactive or failed. A host that does not
+    answer, a time-out, an HTTP error or a refusal while the service is active are unknown.
+    """
     if result.get("unreachable"):
-        return False, [], f"host unreachable: {result.get('msg', '')}".strip()
+        return UNKNOWN, [], f"host unreachable: {result.get('msg', '')}".strip()
     status = result.get("status")
     body = result.get("json")
     if status == 200 and isinstance(body, t.Mapping) and isinstance(body.get("workers"), list):
-        return True, [dict(w) for w in body["workers"] if isinstance(w, t.Mapping)], ""
-    if status in (None, -1):
-        return False, [], str(result.get("msg") or "no answer").splitlines()[0][:200]
-    return False, [], f"HTTP {status} from /workers"
+        return SERVING, [dict(w) for w in body["workers"] if isinstance(w, t.Mapping)], ""
+    if status not in (None, -1):
+        return UNKNOWN, [], f"HTTP {status} from /workers"
+    error = str(result.get("msg") or "no answer").splitlines()[0][:200]
+    if "refused" not in error.lower():
+        return UNKNOWN, [], error
+    service = str(dict(result.get("item") or {}).get("service") or "the router's service")
+    systemd = _unit(unit)
+    load, active = systemd.get("LoadState", ""), systemd.get("ActiveState", "")
+    if load == "not-found" or active in ("inactive", "failed"):
+        return ABSENT, [], f"{error}; {service} is {'not installed' if load == 'not-found' else active}"
+    said = f"{load}/{active}" if systemd else "not readable on its host"
+    return UNKNOWN, [], f"{error}; {service} is {said}"
 
 
-def router_view(results: t.Sequence[t.Mapping[str, t.Any]], url: str) -> list[dict[str, t.Any]]:
-    """This node (`url`) as each router lists it: [{name, url, reachable, listed, healthy, error}].
+def _units_by_router(units: t.Sequence[t.Mapping[str, t.Any]] | None) -> dict[str, t.Mapping[str, t.Any]]:
+    """The unit reads of a loop over the /workers results, by router name."""
+    out: dict[str, t.Mapping[str, t.Any]] = {}
+    for unit in units or []:
+        item = dict(unit.get("item") or {})
+        name = dict(item.get("item") or {}).get("name", item.get("name"))
+        if name:
+            out[str(name)] = unit
+    return out
+
+
+def router_view(results: t.Sequence[t.Mapping[str, t.Any]], url: str,
+                units: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> list[dict[str, t.Any]]:
+    """This node (`url`) as each router lists it: [{name, url, state, reachable, unknown, listed,
+    healthy, error}]; `reachable` is state serving, `unknown` state unknown.
 
     results: the registered loop results of GET /workers on each router, each with `item` the
-    router's settings (name, url).
+    router's settings (name, url, service); units: the registered loop results of reading the
+    unit of each router that did not answer (their `item` is that router's /workers result).
     """
     url = url.strip().rstrip("/")
+    by_name = _units_by_router(units)
     view = []
     for result in results:
         item = dict(result.get("item") or {})
-        reachable, workers, error = _read(result)
+        state, workers, error = _read(result, by_name.get(str(item.get("name"))))
         mine = [w for w in workers if str(w.get("url", "")).rstrip("/") == url]
-        view.append({"name": item.get("name", "?"), "url": item.get("url", ""),
-                     "reachable": reachable, "listed": bool(mine),
+        view.append({"name": item.get("name", "?"), "url": item.get("url", ""), "state": state,
+                     "reachable": state == SERVING, "unknown": state == UNKNOWN,
+                     "listed": bool(mine),
                      "healthy": bool(mine) and all(bool(w.get("is_healthy")) for w in mine),
                      "error": error})
     return view
 
 
 def removal_problems(results: t.Sequence[t.Mapping[str, t.Any]], leaving: t.Iterable[str],
-                     settings: t.Sequence[t.Mapping[str, t.Any]]) -> list[str]:
-    """Routers that would keep fewer healthy workers than their minimum without `leaving` URLs."""
+                     settings: t.Sequence[t.Mapping[str, t.Any]],
+                     units: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> list[str]:
+    """Routers that would keep fewer healthy workers than their minimum without `leaving` URLs,
+    and routers whose workers could not be read (their floor cannot be checked)."""
     leaving = {u.strip().rstrip("/") for u in leaving}
     minimum = {s["name"]: int(s["min_healthy_workers"]) for s in settings}
+    by_name = _units_by_router(units)
     problems = []
     for result in results:
         name = dict(result.get("item") or {}).get("name", "?")
-        reachable, workers, _error = _read(result)
-        if not reachable:
+        state, workers, error = _read(result, by_name.get(str(name)))
+        if state == UNKNOWN and leaving:
+            problems.append(f"router {name} did not answer ({error}): its healthy workers cannot be "
+                            "counted, so no node leaves it")
+            continue
+        if state != SERVING:
             continue
         healthy = {str(w.get("url", "")).rstrip("/") for w in workers if w.get("is_healthy")}
         going = sorted(healthy & leaving)
@@ -151,9 +206,35 @@ def removal_problems(results: t.Sequence[t.Mapping[str, t.Any]], leaving: t.Iter
     return problems
 
 
-def reconcile(listed: t.Sequence[t.Mapping[str, t.Any]], desired: t.Iterable[str]) -> dict[str, list[str]]:
-    """Runtime membership changes for one router: add what the inventory has and the router
-    lacks, remove what the router lists and the inventory no longer has."""
+def reconcile(listed: t.Sequence[t.Mapping[str, t.Any]], desired: t.Iterable[str],
+              min_healthy: t.Any = 1) -> dict[str, t.Any]:
+    """Runtime membership changes for one router, adds before removals.
+
+    `add`: what the inventory has and the router lacks. `remove`: what the router lists and the
+    inventory no longer has, as far as the router keeps `min_healthy` healthy workers without
+    it (unhealthy ones go first); `refused`: the rest, with `msg` giving the counts. Run on a
+    fresh read taken after the adds, so that a changed address is added before the old one goes.
+    """
+    try:
+        floor = int(min_healthy)
+    except (TypeError, ValueError):
+        raise FleetError(f"vllm_router_min_healthy_workers must be an integer, found {min_healthy!r}") from None
     want = [u.strip().rstrip("/") for u in desired]
-    have = [str(w.get("url", "")).rstrip("/") for w in listed]
-    return {"add": [u for u in want if u not in have], "remove": [u for u in have if u not in want]}
+    rows = [(str(w.get("url", "")).rstrip("/"), bool(w.get("is_healthy"))) for w in listed]
+    have = [url for url, _healthy in rows]
+    healthy = healthy_before = sum(1 for _url, ok in rows if ok)
+    remove: list[str] = []
+    refused: list[str] = []
+    for url, ok in sorted((r for r in rows if r[0] not in want), key=lambda r: r[1]):
+        if ok and healthy - 1 < floor:
+            refused.append(url)
+            continue
+        remove.append(url)
+        healthy -= 1 if ok else 0
+    msg = ""
+    if refused:
+        msg = (f"not removed: {', '.join(refused)}: the router lists {len(rows)} worker(s), "
+               f"{healthy_before} healthy; without them it would keep fewer than "
+               f"vllm_router_min_healthy_workers ({floor}) healthy. Bring the inventory's workers up "
+               "(or fix their addresses) first, or lower the floor")
+    return {"add": [u for u in want if u not in have], "remove": remove, "refused": refused, "msg": msg}

@@ -13,6 +13,12 @@ each only when needed. A converged node gets no step; a stranded healthy node ge
 a dead node is restarted without a drain; a rollback is a drained switch to the env it names.
 Every step that stops the server is followed by one that starts it.
 
+A read that did not answer is its own answer, never "absent" or "idle": a router whose workers
+could not be read, or the node's own /health that timed out, holds every step that would take a
+live server out, drain it or stop it (`held` says what could not be read); a node that may still
+serve is not started over as an idle one, and a /metrics that did not answer keeps the drain
+(the drain reads it again and ends only on confirmed readings).
+
 Whether a restart is due is read from the node, not remembered: the running process uses
 another env than the one to serve, or started before the unit file, the env file or the
 restart request were last written, or nothing runs. The journal the plan hands back (written
@@ -96,7 +102,11 @@ class Node:
         health = dict(raw.get("health") or {})
         self.health_status = _int(health.get("status"))
         self.health_error = str(health.get("error") or "")
-        self.metrics_reachable = _bool((raw.get("metrics") or {}).get("reachable"))
+        self.health_known = _bool(health.get("known", True))
+        self.health_tries = _int(health.get("tries"), 1)
+        metrics = dict(raw.get("metrics") or {})
+        self.metrics_reachable = _bool(metrics.get("reachable"))
+        self.metrics_known = _bool(metrics.get("known", True))
         self.gpus = [dict(g) for g in (raw.get("gpus") or [])]
 
     def _record(self, key: str) -> dict[str, t.Any] | None:
@@ -115,6 +125,11 @@ class Node:
     @property
     def healthy(self) -> bool:
         return self.alive and self.health_status == 200
+
+    @property
+    def health_unknown(self) -> bool:
+        """A process runs and its /health said nothing (a time-out): it may be serving."""
+        return self.alive and not self.health_known
 
     @property
     def running_env(self) -> str:
@@ -138,6 +153,9 @@ class Node:
             return "no unit yet"
         if self.healthy:
             return f"serving {short(self.running_env)}"
+        if self.health_unknown:
+            return (f"running {short(self.running_env)}, /health did not answer "
+                    f"({self.health_error or 'no answer'}, {self.health_tries} tries)")
         if self.alive:
             return (f"running {short(self.running_env)}, not healthy yet "
                     f"({self.health_error or ('HTTP %d' % self.health_status if self.health_status else 'no answer')})")
@@ -150,6 +168,7 @@ class Routers:
     def __init__(self, routers: t.Sequence[t.Mapping[str, t.Any]] | None) -> None:
         self.all = [dict(r) for r in (routers or [])]
         self.reachable = [r for r in self.all if _bool(r.get("reachable"))]
+        self.unknown = [r for r in self.all if _bool(r.get("unknown"))]
 
     @property
     def listed(self) -> list[dict[str, t.Any]]:
@@ -167,7 +186,9 @@ class Routers:
                 f"{r.get('name', '?')}: {r.get('error') or 'no answer'}" for r in self.all) + ")"
         parts = []
         for r in self.all:
-            if not _bool(r.get("reachable")):
+            if _bool(r.get("unknown")):
+                parts.append(f"{r.get('name', '?')}: UNKNOWN ({r.get('error') or 'no answer'})")
+            elif not _bool(r.get("reachable")):
                 parts.append(f"{r.get('name', '?')}: not serving ({r.get('error') or 'no answer'})")
             elif not _bool(r.get("listed")):
                 parts.append(f"{r.get('name', '?')}: not listed")
@@ -328,7 +349,7 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         batch, hosts = _int(canary_cfg.get("batch_size"), 1), _int(canary_cfg.get("hosts_count"), 1)
         if mode == "true":
             stop_for_canary, stop_reason = True, "vllm_server_canary_stop_server is true"
-        elif mode == "auto" and routers.reachable:
+        elif mode == "auto" and (routers.reachable or routers.unknown):
             stop_for_canary, stop_reason = True, "the node leaves the routers and drains for it"
         elif mode == "auto" and batch < hosts:
             stop_for_canary, stop_reason = True, f"its batch holds {batch} of {hosts} nodes (gpuserve_serial)"
@@ -350,7 +371,9 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     steps: list[str] = []
     if routed and routers.listed and (stops_server or not node.alive):
         steps.append("remove")
-    if routed and stops_server and node.metrics_reachable:
+    # Only a /metrics known to have nothing to read skips the drain; one that did not answer
+    # leaves it to the drain, which reads again and ends on confirmed readings only.
+    if routed and stops_server and (node.metrics_reachable or not node.metrics_known):
         steps.append("drain")
     if stop_for_canary:
         steps.append("stop")
@@ -367,10 +390,15 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     if routed and ("remove" in steps or not routers.all_listed_healthy):
         steps.append("add")
 
+    held = _held(node, routers, steps)
+    if held:
+        steps = []
     changes = any(step in steps for step in ("stop", "canary", "switch", "reboot", "restart"))
     rollback_to = served_before if (restart and served_before and served_before != desired
                                     and node.built(served_before)) else ""
-    if kind in ("rollback", "hold"):
+    if held:
+        action = "held"
+    elif kind in ("rollback", "hold"):
         action = kind
     elif not start:
         action = "switch" if switch else "none"
@@ -394,7 +422,7 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
                   "steps": steps, "created": _float(state.get("now")) or 0.0,
                   "why": reasons + restart_reasons}
     # Nothing for the role to do at all: no step, nothing to render, no request to clear.
-    converged = (not steps and not _bool(rendered.get("unit_changed")) and not _bool(rendered.get("env_changed"))
+    converged = (not held and not steps and not _bool(rendered.get("unit_changed")) and not _bool(rendered.get("env_changed"))
                  and not (not start and node.files.get("restart_marker") is not None) and not journal)
     result = {
         "action": action, "from": served_before, "to": desired, "steps": steps, "changes": changes,
@@ -404,7 +432,8 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "canary": canary, "canary_env": desired if canary else "", "canary_reason": canary_reason,
         "canary_beside": canary_beside, "canary_memory": memory, "stop_reason": stop_reason,
         "restart_reasons": restart_reasons if restart else [], "reasons": reasons,
-        "routed": routed, "routers_note": routers.note(), "serving": node.healthy,
+        "held": held,
+        "routed": routed, "routers_note": routers.note(), "serving": node.healthy or node.health_unknown,
         "alive": node.alive, "state": node.state_text(), "journal": record, "resumed": bool(journal),
         "record_hold": action == "rollback", "clear_hold": bool(node.hold) and switch and kind != "rollback",
     }
@@ -412,8 +441,34 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     return result
 
 
+# Steps that take a live server out of service; held when a read they depend on is unknown.
+DISRUPTIVE = ("remove", "drain", "stop", "reboot", "restart")
+
+
+def _held(node: Node, routers: Routers, steps: t.Sequence[str]) -> str:
+    """Why this node's steps wait for another run: a read they depend on did not answer.
+
+    Only a live server is held (starting a dead one disturbs nothing); only for steps that would
+    take it out of service. "" when nothing is held.
+    """
+    if not node.alive or not any(step in steps for step in DISRUPTIVE):
+        return ""
+    unknown = [f"router {r.get('name', '?')} did not answer ({r.get('error') or 'no answer'})"
+               for r in routers.unknown]
+    if node.health_unknown:
+        unknown.append(f"its /health did not answer ({node.health_error or 'no answer'}, "
+                       f"{node.health_tries} tries)")
+    if not unknown:
+        return ""
+    would = [step for step in steps if step in DISRUPTIVE]
+    return ("held: " + "; ".join(unknown) + f". It may be serving, so its steps ({', '.join(would)}) "
+            "wait: nothing was changed on it. Re-run when every read answers (or take a router that "
+            "is gone for good out of vllm_routers)")
+
+
 _HEADS = {
     "none": "converged ({state})",
+    "held": "HELD ({state})",
     "hold": "hold {to}",
     "upgrade": "upgrade {from_} -> {to}",
     "rollback": "rollback {from_} -> {to}",
@@ -438,7 +493,7 @@ def line(p: t.Mapping[str, t.Any]) -> str:
                                       "with the server stopped" if "stop" in steps else "(nothing runs)"))
         else:
             shown.append(step)
-    why = list(p.get("reasons") or []) + list(p.get("restart_reasons") or [])
+    why = ([str(p["held"])] if p.get("held") else []) + list(p.get("reasons") or []) + list(p.get("restart_reasons") or [])
     if p.get("action") in ("upgrade", "restart", "start") and not p.get("canary") and p.get("canary_reason"):
         why.append("no canary: " + str(p["canary_reason"]))
     if p.get("resumed"):

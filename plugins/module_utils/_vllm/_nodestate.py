@@ -141,6 +141,50 @@ def gauges(text: str) -> dict[str, t.Any]:
     }
 
 
+def answer_kind(status: int | None, text: str) -> str:
+    """What one HTTP read says: `answer` (a status came back), `refused` (the host says nothing
+    listens on that port: known), or `unknown` (a time-out, a reset, anything else)."""
+    if status is not None:
+        return "answer"
+    return "refused" if "refused" in (text or "").lower() else "unknown"
+
+
+def probe(read: t.Callable[[], tuple[int | None, str]], tries: int,
+          pause: t.Callable[[], None]) -> tuple[int | None, str, str, int]:
+    """(status, text, kind, tries used): the read again while it says nothing (`unknown`),
+    at most `tries` times, so that one missed read is not taken for an answer."""
+    status, text, kind, used = None, "", "unknown", 0
+    for used in range(1, max(1, tries) + 1):
+        status, text = read()
+        kind = answer_kind(status, text)
+        if kind != "unknown" or used >= tries:
+            break
+        pause()
+    return status, text, kind, used
+
+
+def health_view(status: int | None, text: str, kind: str, tries: int) -> dict[str, t.Any]:
+    """/health as the plan reads it: `known` is false only when nothing could be told."""
+    return {"status": status, "error": "" if status else text, "known": kind != "unknown",
+            "tries": tries}
+
+
+def metrics_view(status: int | None, text: str, kind: str, tries: int) -> dict[str, t.Any]:
+    """/metrics as the plan and the drain read it. `reachable`: the gauges were read; `known`:
+    either that, or it is known there is nothing to read (nothing listens, or no gauges)."""
+    view: dict[str, t.Any] = {"reachable": False, "known": kind == "refused", "running": 0.0,
+                              "waiting": 0.0, "progress": None, "error": "", "tries": tries}
+    if status == 200:
+        view.update(gauges(text))
+        view["reachable"] = bool(view.pop("present"))
+        view["known"] = True
+        if not view["reachable"]:
+            view["error"] = "no vllm:num_requests_running/waiting gauges"
+    else:
+        view["error"] = f"HTTP {status}" if status else text
+    return view
+
+
 def envs_view(paths: t.Iterable[str]) -> dict[str, dict[str, bool]]:
     """For each env named anywhere in the state: whether it is built (bin/vllm exists)."""
     view: dict[str, dict[str, bool]] = {}

@@ -116,9 +116,37 @@ def test_stale_gauges_after_an_abort_end_the_drain_with_a_warning(server, monkey
     assert warnings and "taken for stale values" in warnings[0]
 
 
+def server_process_is(monkeypatch, alive):
+    """What `systemctl show vllm.service` would say of the double's process (no systemd here;
+    molecule/fleet's drains read the real one)."""
+    monkeypatch.setattr(vllm_drain_wait, "process_alive", lambda _module, _service: alive)
+
+
 def test_a_dead_server_has_nothing_to_drain(server, monkeypatch):
     port, proc = server
     proc.kill()
     proc.wait()
+    server_process_is(monkeypatch, False)
     result = drain(port, monkeypatch, timeout=30, stale_after=10)
-    assert result["outcome"] == "unreachable" and result["elapsed"] == 0
+    assert result["outcome"] == "gone" and result["elapsed"] == 0 and not result["failed"]
+
+
+@pytest.mark.parametrize("alive", [True, None])
+def test_metrics_that_stop_answering_while_the_process_runs_fail_the_drain(server, monkeypatch, alive):
+    """A failed read is not "drained": the drain fails after unread_after, it does not end as empty."""
+    port, proc = server
+    proc.kill()
+    proc.wait()
+    server_process_is(monkeypatch, alive)
+    started = time.monotonic()
+    result = drain(port, monkeypatch, timeout=30, stale_after=10, unread_after=2)
+    assert result["failed"] and result["outcome"] == "unread"
+    assert 2 <= time.monotonic() - started < 10 and result["polls"] >= 5
+    assert "so the node is not stopped" in result["msg"]
+
+
+def test_the_service_is_read_from_systemd_only_where_it_runs(monkeypatch, tmp_path):
+    """No systemd on the host: whether the process lives cannot be told (None), never False."""
+    monkeypatch.setattr(vllm_drain_wait.os.path, "isdir", lambda path: False)
+    assert vllm_drain_wait.process_alive(None, "vllm.service") is None
+    assert vllm_drain_wait.process_alive(None, "") is None

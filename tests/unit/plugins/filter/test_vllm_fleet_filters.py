@@ -27,7 +27,7 @@ def test_router_settings_take_hostvars_by_name() -> None:
     fallback = {"vllm_router_host": "127.0.0.1", "vllm_router_port": 30000, "vllm_router_request_timeout_secs": 1800,
                 "vllm_router_drain_timeout": 0, "vllm_router_drain_poll": 1, "vllm_router_drain_settle": 2,
                 "vllm_router_drain_stale_after": 120, "vllm_router_add_timeout": 120,
-                "vllm_router_min_healthy_workers": 1}
+                "vllm_router_min_healthy_workers": 1, "vllm_router_service_name": "vllm-router"}
     (settings,) = FILTERS["vllm_router_settings"](["r1"], hostvars, fallback)
     assert settings["drain_timeout"] == 90 and settings["url"] == "http://127.0.0.1:30001"
     with pytest.raises(AnsibleFilterError, match="^vllm_router_settings: vllm_router_drain_timeout of router r1"):

@@ -7,6 +7,7 @@ server", and a host with systemd whose systemctl fails must still fail loudly.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,51 @@ def test_systemd_whose_systemctl_fails_is_an_error(tmp_path: Path, monkeypatch: 
     systemctl.chmod(0o755)
     result = run_module_main(vllm_node_state, _args(tmp_path), monkeypatch)
     assert result["failed"] and "systemctl show vllm.service failed (rc 1): Failed to connect to bus" in result["msg"]
+
+
+@pytest.fixture()
+def silent_port():
+    """A loopback port that accepts connections and never answers (a hung server or a lost scrape)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.fixture()
+def closed_port():
+    """A loopback port nothing listens on (refused: known)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def test_a_health_read_that_times_out_is_unknown_not_unhealthy(tmp_path, monkeypatch, silent_port):
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path / "no-such-dir"))
+    monkeypatch.setattr(vllm_node_state.time, "sleep", lambda _s: None)
+    url = f"http://127.0.0.1:{silent_port}"
+    result = run_module_main(vllm_node_state, dict(_args(tmp_path), health_url=url + "/health",
+                                                   metrics_url=url + "/metrics", timeout=1, tries=2), monkeypatch)
+    assert result["health"] == {"status": None, "error": "timed out", "known": False, "tries": 2}
+    assert result["metrics"]["known"] is False and result["metrics"]["reachable"] is False
+    assert result["metrics"]["tries"] == 2
+
+
+def test_a_refused_read_is_known_and_read_once(tmp_path, monkeypatch, closed_port):
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path / "no-such-dir"))
+    url = f"http://127.0.0.1:{closed_port}"
+    result = run_module_main(vllm_node_state, dict(_args(tmp_path), health_url=url + "/health",
+                                                   metrics_url=url + "/metrics", timeout=1, tries=3), monkeypatch)
+    assert result["health"]["known"] is True and result["health"]["tries"] == 1
+    assert "refused" in result["health"]["error"].lower()
+    assert result["metrics"]["known"] is True and result["metrics"]["reachable"] is False
+
+
+def test_an_answer_after_a_missed_read_counts(monkeypatch):
+    """One missed read, then an answer: the answer is what the plan sees (tries 2)."""
+    answers = iter([(None, "timed out"), (200, "ok")])
+    status, text, kind, used = vllm_node_state.ns.probe(lambda: next(answers), 3, lambda: None)
+    assert (status, kind, used) == (200, "answer", 2)

@@ -7,10 +7,10 @@ import pytest
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._drain import DrainWatch
 
 
-def feed(watch: DrainWatch, readings):
+def feed(watch: DrainWatch, readings, alive=None):
     verdict = None
     for now, reading in readings:
-        verdict = watch.feed(now, reading)
+        verdict = watch.feed(now, reading, alive)
         if verdict["done"]:
             break
     return verdict
@@ -34,12 +34,44 @@ def r(running, waiting=0, progress=None):
     ([(0, r(1, 0, 50))] + [(t, r(1, 0, 50)) for t in range(1, 20)], "stale", 10),
     # Counters absent (None): unchanged gauges alone count.
     ([(t, r(3)) for t in range(0, 20)], "stale", 10),
-    ([(0, r(1, 0, 5)), (1, None)], "unreachable", 1),
-    ([(0, None)], "unreachable", 0),
 ])
 def test_outcomes(readings, outcome, elapsed):
     verdict = feed(DrainWatch(timeout=30, stale_after=10), readings)
     assert verdict["outcome"] == outcome and verdict["elapsed"] == elapsed
+
+
+@pytest.mark.parametrize("readings, alive, outcome, elapsed", [
+    # The process is gone: nothing to drain, at once.
+    ([(0, r(1, 0, 5)), (1, None)], False, "gone", 1),
+    ([(0, None)], False, "gone", 0),
+    # A failed reading while it runs (or that cannot be told) is not "drained": it waits, and
+    # readings failing for unread_after (5 s here) in a row fail the drain.
+    ([(t, None) for t in range(0, 10)], True, "unread", 5),
+    ([(t, None) for t in range(0, 10)], None, "unread", 5),
+    ([(0, r(1, 0, 5))] + [(t, None) for t in range(1, 10)], True, "unread", 6),
+    # /metrics failing every other read: never drained on a gap, drained on two confirmed
+    # empty readings in a row.
+    ([(0, r(0, 0, 5)), (1, None), (2, r(0, 0, 5)), (3, None), (4, r(0, 0, 5)), (5, r(0, 0, 5))], True, "drained", 5),
+    ([(t, None if t % 2 else r(0, 0, 5)) for t in range(0, 40)], True, "timeout", 31),
+    # A gap shorter than the bound, then readings again: the bound starts over.
+    ([(0, None), (4, r(1, 0, 5)), (5, None), (9, None), (10, r(0, 0, 9)), (11, r(0, 0, 9))], True, "drained", 11),
+])
+def test_a_failed_reading_is_not_drained(readings, alive, outcome, elapsed):
+    verdict = feed(DrainWatch(timeout=30, stale_after=10, unread_after=5), readings, alive)
+    assert (verdict["outcome"], verdict["elapsed"]) == (outcome, elapsed), verdict["msg"]
+
+
+def test_a_drain_that_never_confirmed_says_so():
+    verdict = feed(DrainWatch(4, 10, 5), [(t, None if t % 2 else r(0, 0, 5)) for t in range(0, 9)], True)
+    assert verdict["msg"] == ("did not drain within 4 s (vllm_router_drain_timeout): no two readings in a row "
+                              "confirmed it empty (/metrics kept failing in between)")
+
+
+def test_unread_says_the_node_was_not_stopped():
+    verdict = feed(DrainWatch(30, 10, 5), [(t, None) for t in range(0, 6)], True)
+    assert verdict["msg"] == ("/metrics gave no reading for 5 s while the server's process runs (or its state "
+                              "could not be read): whether requests are in flight is unknown, so the node is "
+                              "not stopped; drain ended unconfirmed after 5.0 s")
 
 
 def test_messages_say_what_was_seen():
@@ -52,10 +84,10 @@ def test_messages_say_what_was_seen():
     assert timeout["max_in_flight"] == 3
 
 
-@pytest.mark.parametrize("timeout, stale", [(0, 10), (10, 0)])
-def test_bad_bounds(timeout, stale):
+@pytest.mark.parametrize("timeout, stale, unread", [(0, 10, 5), (10, 0, 5), (10, 10, 0)])
+def test_bad_bounds(timeout, stale, unread):
     with pytest.raises(ValueError, match="must be positive"):
-        DrainWatch(timeout, stale)
+        DrainWatch(timeout, stale, unread)
 
 
 def test_one_empty_reading_is_not_yet_drained():

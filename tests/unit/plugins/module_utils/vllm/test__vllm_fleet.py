@@ -17,7 +17,7 @@ FALLBACK = {"vllm_router_host": "127.0.0.1", "vllm_router_port": 30000,
             "vllm_router_request_timeout_secs": 1800, "vllm_router_drain_timeout": 0,
             "vllm_router_drain_poll": 1, "vllm_router_drain_settle": 2,
             "vllm_router_drain_stale_after": 120, "vllm_router_add_timeout": 120,
-            "vllm_router_min_healthy_workers": 1}
+            "vllm_router_min_healthy_workers": 1, "vllm_router_service_name": "vllm-router"}
 
 
 def worker(url: str, healthy: bool = True) -> dict:
@@ -30,9 +30,19 @@ def answered(name: str, *workers: dict) -> dict:
             "json": {"workers": list(workers), "total": len(workers)}}
 
 
+REFUSED = "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] Connection refused>"
+TIMED_OUT = "Status code was -1 and not [200]: Request failed: <urlopen error timed out>"
+
+
 def refused(name: str) -> dict:
-    return {"item": {"name": name, "url": "http://127.0.0.1:30000"}, "status": -1, "failed": False,
-            "msg": "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] Connection refused>"}
+    return {"item": {"name": name, "url": "http://127.0.0.1:30000", "service": "vllm-router.service"},
+            "status": -1, "failed": False, "msg": REFUSED}
+
+
+def unit(read: dict, load: str, active: str) -> dict:
+    """systemctl show <service> -p LoadState -p ActiveState on the router host (systemctl(1): one
+    Property=value line each), as ansible.builtin.command registers it in a loop over the reads."""
+    return {"item": read, "rc": 0, "stdout": f"LoadState={load}\nActiveState={active}", "changed": False}
 
 
 def test_settings_come_from_the_router_host_first():
@@ -67,22 +77,40 @@ def test_drain_settings_take_the_longest_bounds():
                                            "stale_after": 120, "add_timeout": 120}
 
 
-@pytest.mark.parametrize("results, view", [
-    ([answered("r1", worker(NODE), worker(OTHER))],
-     [{"name": "r1", "reachable": True, "listed": True, "healthy": True, "error": ""}]),
-    ([answered("r1", worker(NODE, healthy=False))],
-     [{"name": "r1", "reachable": True, "listed": True, "healthy": False, "error": ""}]),
-    ([answered("r1", worker(OTHER))], [{"name": "r1", "reachable": True, "listed": False, "healthy": False, "error": ""}]),
-    ([refused("r1")], [{"name": "r1", "reachable": False, "listed": False, "healthy": False,
-                        "error": "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] Connection refused>"}]),
-    ([{"item": {"name": "r1"}, "unreachable": True, "msg": "ssh: connect timed out"}],
-     [{"name": "r1", "reachable": False, "listed": False, "healthy": False,
-       "error": "host unreachable: ssh: connect timed out"}]),
-    ([{"item": {"name": "r1"}, "status": 503, "json": {}}],
-     [{"name": "r1", "reachable": False, "listed": False, "healthy": False, "error": "HTTP 503 from /workers"}]),
+def seen(name: str, state: str, listed: bool = False, healthy: bool = False, error: str = "") -> dict:
+    return {"name": name, "state": state, "reachable": state == "serving", "unknown": state == "unknown",
+            "listed": listed, "healthy": healthy, "error": error}
+
+
+@pytest.mark.parametrize("results, units, view", [
+    ([answered("r1", worker(NODE), worker(OTHER))], [], [seen("r1", "serving", True, True)]),
+    ([answered("r1", worker(NODE, healthy=False))], [], [seen("r1", "serving", True, False)]),
+    ([answered("r1", worker(OTHER))], [], [seen("r1", "serving")]),
+    # Known not to serve: the host answered, nothing listens and systemd says it does not run.
+    ([refused("r1")], [unit(refused("r1"), "loaded", "inactive")],
+     [seen("r1", "absent", error=REFUSED + "; vllm-router.service is inactive")]),
+    ([refused("r1")], [unit(refused("r1"), "loaded", "failed")],
+     [seen("r1", "absent", error=REFUSED + "; vllm-router.service is failed")]),
+    ([refused("r1")], [unit(refused("r1"), "not-found", "inactive")],
+     [seen("r1", "absent", error=REFUSED + "; vllm-router.service is not installed")]),
+    # Everything else is unknown: refused while systemd says it runs (restarting), refused with
+    # no word from systemd, a time-out, an HTTP error, a host that does not answer.
+    ([refused("r1")], [unit(refused("r1"), "loaded", "active")],
+     [seen("r1", "unknown", error=REFUSED + "; vllm-router.service is loaded/active")]),
+    ([refused("r1")], [], [seen("r1", "unknown", error=REFUSED + "; vllm-router.service is not readable on its host")]),
+    ([refused("r1")], [{"item": refused("r1"), "unreachable": True, "msg": "ssh: connect timed out"}],
+     [seen("r1", "unknown", error=REFUSED + "; vllm-router.service is not readable on its host")]),
+    ([dict(refused("r1"), msg=TIMED_OUT)], [], [seen("r1", "unknown", error=TIMED_OUT)]),
+    ([{"item": {"name": "r1"}, "unreachable": True, "msg": "ssh: connect timed out"}], [],
+     [seen("r1", "unknown", error="host unreachable: ssh: connect timed out")]),
+    ([{"item": {"name": "r1"}, "status": 503, "json": {}}], [], [seen("r1", "unknown", error="HTTP 503 from /workers")]),
+    # Two routers: each judged by its own reads.
+    ([answered("r1", worker(NODE)), refused("r2")],
+     [{"item": answered("r1"), "skipped": True}, unit(refused("r2"), "loaded", "inactive")],
+     [seen("r1", "serving", True, True), seen("r2", "absent", error=REFUSED + "; vllm-router.service is inactive")]),
 ])
-def test_router_view(results, view):
-    got = vf.router_view(results, NODE + "/")
+def test_router_view(results, units, view):
+    got = vf.router_view(results, NODE + "/", units)
     assert [{k: v for k, v in g.items() if k != "url"} for g in got] == view
 
 
@@ -93,12 +121,55 @@ def test_removal_keeps_the_minimum_of_healthy_workers():
     assert problems == [f"router r1 would keep 0 healthy worker(s) while {NODE} restart(s); its "
                         "vllm_router_min_healthy_workers is 1. Use a smaller gpuserve_serial, or bring "
                         "the unhealthy workers back first"]
-    # An unhealthy node leaving takes nothing away; a router that is down is not asked.
+    # An unhealthy node leaving takes nothing away; a router known not to serve is not asked.
     assert vf.removal_problems(results, [OTHER], settings) == []
-    assert vf.removal_problems([refused("r1")], [NODE], settings) == []
+    down = [refused("r1")]
+    assert vf.removal_problems(down, [NODE], settings, [unit(down[0], "loaded", "inactive")]) == []
+
+
+def test_removal_is_refused_while_a_router_is_unknown():
+    settings = vf.router_settings(["r1"], {"r1": {}}, FALLBACK)
+    unknown = [dict(refused("r1"), msg=TIMED_OUT)]
+    assert vf.removal_problems(unknown, [NODE], settings) == [
+        f"router r1 did not answer ({TIMED_OUT}): its healthy workers cannot be counted, so no node leaves it"]
+    # Nothing leaving: nothing to refuse.
+    assert vf.removal_problems(unknown, [], settings) == []
 
 
 def test_reconcile():
     listed = [worker(NODE), worker("http://gone:8000")]
-    assert vf.reconcile(listed, [NODE, OTHER]) == {"add": [OTHER], "remove": ["http://gone:8000"]}
-    assert vf.reconcile(listed[:1], [NODE + "/"]) == {"add": [], "remove": []}
+    assert vf.reconcile(listed, [NODE, OTHER]) == {"add": [OTHER], "remove": ["http://gone:8000"],
+                                                   "refused": [], "msg": ""}
+    assert vf.reconcile(listed[:1], [NODE + "/"]) == {"add": [], "remove": [], "refused": [], "msg": ""}
+
+
+NEW = "http://gpu01-new.example.internal:8000"  # the same node at a changed address
+
+
+@pytest.mark.parametrize("listed, desired, floor, remove, refused", [
+    # Every address changed, the new ones added and healthy on the fresh read: the old ones go.
+    ([worker(NODE), worker(OTHER), worker(NEW)], [NEW], 1, [NODE, OTHER], []),
+    # Every address changed to one that does not serve (a typo: never added): the router keeps
+    # its floor, one old worker stays.
+    ([worker(NODE), worker(OTHER)], [NEW], 1, [NODE], [OTHER]),
+    ([worker(NODE), worker(OTHER)], [NEW], 2, [], [NODE, OTHER]),
+    # Unhealthy workers go first and cost nothing.
+    ([worker(NODE), worker(OTHER, healthy=False)], [NEW], 1, [OTHER], [NODE]),
+    # A floor of 0: an operator's explicit choice to allow an empty router.
+    ([worker(NODE)], [], 0, [NODE], []),
+    # The floor already broken by unhealthy kept workers: no healthy worker leaves.
+    ([worker(NODE), worker(NEW, healthy=False)], [NEW], 1, [], [NODE]),
+])
+def test_reconcile_keeps_the_floor(listed, desired, floor, remove, refused):
+    got = vf.reconcile(listed, desired, floor)
+    assert (got["remove"], got["refused"]) == (remove, refused)
+    if refused:
+        healthy = sum(1 for w in listed if w["is_healthy"])
+        assert got["msg"].startswith(f"not removed: {', '.join(refused)}: the router lists {len(listed)} "
+                                     f"worker(s), {healthy} healthy")
+        assert f"vllm_router_min_healthy_workers ({floor})" in got["msg"]
+
+
+def test_reconcile_refuses_a_floor_that_is_not_a_number():
+    with pytest.raises(vf.FleetError, match="vllm_router_min_healthy_workers must be an integer, found 'two'"):
+        vf.reconcile([], [], "two")

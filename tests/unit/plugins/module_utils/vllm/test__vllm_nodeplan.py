@@ -20,8 +20,10 @@ def node(*, running: str | None = A, healthy: bool = True, link: str = A, previo
          target: str = "", journal: dict | None = None, hold: dict | None = None,
          files: dict | None = None, built: tuple = (A, B, C), gpus: list | None = None,
          metrics: bool | None = None, unit: str = "loaded", reboot: bool = False,
-         sub: str | None = None) -> dict:
-    """A vllm_node_state result: `running` is the env of the live process (None: not running)."""
+         sub: str | None = None, health_known: bool = True, metrics_known: bool = True) -> dict:
+    """A vllm_node_state result: `running` is the env of the live process (None: not running);
+    `health_known`/`metrics_known` False: the read timed out (tests/unit/plugins/modules/
+    test_vllm_node_state.py makes one against a real socket that never answers)."""
     alive = running is not None
     return {
         "unit": {"load_state": unit, "active_state": "active" if alive else "failed",
@@ -35,8 +37,10 @@ def node(*, running: str | None = A, healthy: bool = True, link: str = A, previo
         "files": files or {"unit": T0 - 100, "env_file": T0 - 100, "restart_marker": None},
         "journal": journal, "hold": hold,
         "reboot": {"pending": reboot, "reason": "new kernel command line" if reboot else ""},
-        "health": {"status": 200 if alive and healthy else None, "error": "" if alive and healthy else "refused"},
-        "metrics": {"reachable": alive if metrics is None else metrics},
+        "health": ({"status": None, "error": "timed out", "known": False, "tries": 3} if not health_known else
+                   {"status": 200 if alive and healthy else None, "error": "" if alive and healthy else "refused",
+                    "known": True, "tries": 1}),
+        "metrics": {"reachable": (alive if metrics is None else metrics) and metrics_known, "known": metrics_known},
         "gpus": gpus or [],
     }
 
@@ -45,6 +49,9 @@ LISTED = [{"name": "router01", "reachable": True, "listed": True, "healthy": Tru
 UNLISTED = [{"name": "router01", "reachable": True, "listed": False, "healthy": False}]
 LISTED_UNHEALTHY = [{"name": "router01", "reachable": True, "listed": True, "healthy": False}]
 DOWN = [{"name": "router01", "reachable": False, "error": "Connection refused"}]
+UNKNOWN = [{"name": "router01", "state": "unknown", "reachable": False, "unknown": True, "listed": False,
+            "healthy": False, "error": "host unreachable: ssh: connect to host router01 port 22: Connection timed out"}]
+TWO_ONE_UNKNOWN = [dict(LISTED[0]), dict(UNKNOWN[0], name="router02")]
 
 
 def plan(observed: dict, routers: list | None = None, **kw) -> dict:
@@ -141,6 +148,22 @@ CASES = [
      node(target=A, metrics=False, files={"unit": T0 + 1, "env_file": 0}),
      LISTED, {}, ["remove", "restart", "health", "add"], "restart"),
     ("store on a symlinked path: all real paths, converged", node(target=A), LISTED, {}, [], "none"),
+    # Unknown is not no: a read that did not answer holds every step that takes a live server out.
+    ("upgrade while the router does not answer: held, nothing stopped", node(target=B), UNKNOWN, {}, [], "held"),
+    ("upgrade while one of two routers does not answer: held", node(target=B), TWO_ONE_UNKNOWN, {}, [], "held"),
+    ("restart asked while the router does not answer: held", node(target=A), UNKNOWN,
+     {"requests": {"restart": True}}, [], "held"),
+    ("rollback while the router does not answer: held", node(link=B, running=B, previous=A, target=B), UNKNOWN,
+     {"requests": {"rollback": True}}, [], "held"),
+    ("converged while the router does not answer: nothing to hold", node(target=A), UNKNOWN, {}, [], "none"),
+    ("dead node while the router does not answer: started (nothing to disturb), unrouted",
+     node(running=None, target=A), UNKNOWN, {}, ["restart", "health"], "start"),
+    ("its own /health timed out: an upgrade is held", node(target=B, health_known=False), LISTED, {}, [], "held"),
+    ("its own /health timed out, nothing to change: the health wait only",
+     node(target=A, health_known=False), LISTED, {}, ["health"], "wait"),
+    ("/metrics timed out at plan time: the drain stays (it reads again)",
+     node(target=B, metrics_known=False), LISTED, {},
+     ["remove", "drain", "stop", "canary", "switch", "restart", "health", "add"], "upgrade"),
 ]
 
 
@@ -300,3 +323,23 @@ def test_a_requested_restart_is_done_once_per_run():
 ])
 def test_converged_means_the_role_has_nothing_to_do(observed, routers, extra, converged):
     assert plan(observed, routers, **extra)["converged"] is converged
+
+
+def test_a_held_plan_says_what_did_not_answer_and_changes_nothing():
+    result = plan(node(target=B), TWO_ONE_UNKNOWN)
+    assert result["held"] == (
+        "held: router router02 did not answer (host unreachable: ssh: connect to host router01 port 22: "
+        "Connection timed out). It may be serving, so its steps (remove, drain, stop, restart) wait: "
+        "nothing was changed on it. Re-run when every read answers (or take a router that is gone for "
+        "good out of vllm_routers)")
+    assert result["journal"] is None and not result["changes"] and not result["converged"]
+    assert result["line"].startswith("HELD (serving vllm-0.17.0-aaaa): no step; held: router router02")
+    assert "router02: UNKNOWN (host unreachable" in result["line"]
+    own = plan(node(target=B, health_known=False), LISTED)
+    assert "its /health did not answer (timed out, 3 tries)" in own["held"]
+
+
+def test_a_node_whose_health_did_not_answer_is_not_idle():
+    """site.yml's idle play starts at once what serves nothing: a time-out is not "nothing"."""
+    assert plan(node(target=A, health_known=False), [])["serving"] is True
+    assert plan(node(target=A, healthy=False), [])["serving"] is False  # refused: loading, known

@@ -1,0 +1,381 @@
+"""A model-based test of the serve plan: generated fleets and faults through the real plan code.
+
+hypothesis draws a fleet (nodes x the env each runs and its links x a journal left by a killed
+run x a rollback hold x the routers listing it) and a sequence of rounds. Each round is world
+events (a server dies, a node is taken out of a router by hand, the pins change, a restart or a
+rollback is asked for, a reboot becomes pending) and one site.yml run with faults (a router's or
+a node's read that does not answer, the run killed after any step, a canary or a start that
+fails). The run is simulated the way playbooks/tasks/serve_node.yml and roles/vllm_server/tasks/
+execute.yml and recover.yml execute a plan: real `_nodeplan.plan()`, `recovery()` and
+`_fleet.removal_problems()`, one node at a time (gpuserve_serial 1), the rollout stopping at the
+first failed node, a held node left as it is while the others carry on.
+
+Asserted after every step: a live server is never stopped or restarted while any router lists it
+(whatever that router's read said); a node whose reads did not all answer gets no disruptive step;
+a removal never takes a router below its floor. Asserted at the end: once the faults stop, two
+runs bring every node to serving what its plan says, listed healthy by every router, no journal,
+and the next plan has no step. The figures are printed at the end of the unit step.
+"""
+
+from __future__ import annotations
+
+import copy
+import typing as t
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _fleet as vf
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
+
+ENVS = ("/opt/ml-env.d/vllm-0.17.0-aaaa", "/opt/ml-env.d/vllm-0.18.0-bbbb", "/opt/ml-env.d/vllm-0.19.0-cccc")
+ROUTERS = ("router01", "router02")
+FLOOR = 1
+DISRUPTIVE = ("stop", "restart", "reboot")
+STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0,
+                         "refused": 0, "killed": 0, "failed": 0}
+
+
+class Fleet:
+    """What is true on the nodes and routers (not what a read says of it). A router lists a set
+    of workers; it reports one healthy while its process serves (its health check)."""
+
+    def __init__(self, nodes: list[dict[str, t.Any]], routers: list[str], target: str) -> None:
+        self.nodes = {n["name"]: n for n in nodes}
+        self.lists = {r: {n["name"] for n in nodes if n["alive"] and r not in n["unlisted"]} for r in routers}
+        self.target = target
+        self.clock = 1000.0
+        for n in nodes:
+            n.pop("unlisted")
+
+    def tick(self) -> float:
+        self.clock += 1.0
+        return self.clock
+
+    def url(self, name: str) -> str:
+        return f"http://{name}:8000"
+
+    def observe(self, name: str, faults: dict[str, t.Any]) -> dict[str, t.Any]:
+        """vllm_node_state's result for this node (its shape: test_vllm_node_state.py)."""
+        n = self.nodes[name]
+        alive = n["alive"]
+        health_unknown = alive and (name, "health") in faults["unknown"]
+        metrics_unknown = (name, "metrics") in faults["unknown"]
+        return {
+            "unit": {"load_state": "loaded", "active_state": "active" if alive else "failed",
+                     "sub_state": "running" if alive else "failed", "main_pid": 4242 if alive else 0,
+                     "started": n["started"] if alive else None},
+            "process": {"env": n["running"] if alive else "", "started": n["started"] if alive else None},
+            "link": {"path": "/opt/ml-env", "kind": "link", "env": n["link"]},
+            "previous": {"path": "/opt/ml-env.previous", "kind": "link" if n["previous"] else "absent",
+                         "env": n["previous"]},
+            "target": {"path": self.target, "env": self.target},
+            "envs": {e: {"exists": True, "built": True} for e in ENVS},
+            "files": {"unit": 0.0, "env_file": 0.0, "restart_marker": n["marker"]},
+            "journal": copy.deepcopy(n["journal"]), "hold": copy.deepcopy(n["hold"]),
+            "reboot": {"pending": n["reboot"], "reason": "new kernel command line" if n["reboot"] else ""},
+            "health": ({"status": None, "error": "timed out", "known": False, "tries": 3} if health_unknown
+                       else {"status": 200 if alive else None, "error": "" if alive else "refused",
+                             "known": True, "tries": 1}),
+            "metrics": {"reachable": alive and not metrics_unknown, "known": not metrics_unknown},
+            "gpus": [],
+        }
+
+    def reads(self, faults: dict[str, t.Any]) -> list[dict[str, t.Any]]:
+        """The registered GET /workers results on each router (a real vllm-router's body)."""
+        out = []
+        for r, listed in self.lists.items():
+            item = {"name": r, "url": "http://127.0.0.1:30000", "service": "vllm-router.service"}
+            if (r, "router") in faults["unknown"]:
+                out.append({"item": item, "unreachable": True, "msg": "ssh: connect to host: Connection timed out"})
+                continue
+            workers = [{"url": self.url(name), "is_healthy": self.nodes[name]["alive"]} for name in listed]
+            out.append({"item": item, "status": 200, "json": {"workers": workers, "total": len(workers)}})
+        return out
+
+    def healthy_count(self, router: str) -> int:
+        """What the router's own health check (every few seconds) reports healthy."""
+        return sum(1 for name in self.lists[router] if self.nodes[name]["alive"])
+
+
+class Killed(Exception):
+    """The run was killed (SIGKILL of ansible-playbook): nothing after this step happens."""
+
+
+class Failed(Exception):
+    """The node failed; serve_node.yml's rescue runs, then the rollout stops."""
+
+
+SETTINGS = vf.router_settings(list(ROUTERS), {}, {
+    "vllm_router_host": "127.0.0.1", "vllm_router_port": 30000, "vllm_router_request_timeout_secs": 60,
+    "vllm_router_drain_timeout": 0, "vllm_router_drain_poll": 1, "vllm_router_drain_settle": 1,
+    "vllm_router_drain_stale_after": 20, "vllm_router_add_timeout": 60,
+    "vllm_router_min_healthy_workers": FLOOR, "vllm_router_service_name": "vllm-router"})
+
+
+def check_may_stop(fleet: Fleet, name: str, step: str, unknown: bool) -> None:
+    """The invariants, from the true state, right before a step that stops a live server."""
+    n = fleet.nodes[name]
+    if not n["alive"]:
+        return
+    listing = [r for r, listed in fleet.lists.items() if name in listed]
+    assert not listing, f"{name}: {step} of a live server while {listing} list it"
+    assert not unknown, f"{name}: {step} of a live server although a read it depends on did not answer"
+
+
+def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.Any], reads: list) -> None:
+    """serve_node.yml + execute.yml + recover.yml, for one node's plan."""
+    n = fleet.nodes[name]
+    unknown = any(k[0] in fleet.lists and k[1] == "router" for k in faults["unknown"]) or (
+        n["alive"] and (name, "health") in faults["unknown"])
+    kill_at = faults["kill"].get(name)
+    done = 0
+
+    def step_done() -> None:
+        nonlocal done
+        done += 1
+        STATS["steps"] += 1
+        if kill_at is not None and done >= kill_at:
+            raise Killed()
+
+    steps = list(p["steps"])
+    if "remove" in steps:
+        before = {r: fleet.healthy_count(r) for r in fleet.lists}
+        if vf.removal_problems(reads, [fleet.url(name)], SETTINGS):
+            raise Failed("floor")
+        for r in fleet.lists:
+            fleet.lists[r].discard(name)
+        for r in fleet.lists:
+            assert fleet.healthy_count(r) >= min(FLOOR, before[r]), f"{r} went below its floor"
+        assert not unknown, f"{name}: removed although a read it depends on did not answer"
+        step_done()
+    if "drain" in steps:
+        assert not unknown, f"{name}: drained although a read it depends on did not answer"
+        step_done()
+    if p["changes"]:
+        n["journal"] = copy.deepcopy(p["journal"])
+    canary_ok = True
+    if "stop" in steps:
+        check_may_stop(fleet, name, "stop", unknown)
+        n["alive"] = False
+        step_done()
+    if "canary" in steps:
+        if name in faults["canary_fails"]:
+            canary_ok = False
+        elif n["journal"] is not None:
+            n["journal"]["canary_ok"] = True
+        step_done()
+    if not canary_ok:
+        recover(fleet, name, p, {"canary": {"ok": False}})
+        raise Failed("canary")
+    if "switch" in steps:
+        n["previous"], n["link"] = n["link"], p["switch_to"]
+        step_done()
+    if "reboot" in steps:
+        check_may_stop(fleet, name, "reboot", unknown)
+        n["alive"], n["reboot"] = False, False
+        step_done()
+    if "restart" in steps:
+        check_may_stop(fleet, name, "restart", unknown)
+        n["alive"], n["running"], n["started"] = False, n["link"], fleet.tick()
+        if name in faults["start_fails"]:
+            recover(fleet, name, p, {"start": {"ok": False, "stage": "start"}})
+            raise Failed("start")
+        n["alive"] = True
+        step_done()
+    if "health" in steps:
+        assert n["alive"], f"{name}: a health wait with nothing running"
+        step_done()
+    if "restart" in steps:
+        n["marker"] = None
+    if p["record_hold"]:
+        n["hold"] = {"from": p["from"], "to": p["to"], "at": "model"}
+    if p["clear_hold"]:
+        n["hold"] = None
+    n["journal"] = None
+    if "add" in steps:
+        for r in fleet.lists:
+            fleet.lists[r].add(name)
+        step_done()
+
+
+def recover(fleet: Fleet, name: str, p: dict[str, t.Any], outcomes: dict[str, t.Any]) -> None:
+    """recover.yml: back to serving where the plan can, else stopped; the journal stays unless
+    the node serves the env it served before."""
+    n = fleet.nodes[name]
+    r = vp.recovery(p, outcomes, True)
+    if "restore" in r["steps"]:
+        n["link"] = p["rollback_to"]
+        if p["rollback_previous"]:
+            n["previous"] = p["rollback_previous"]
+    if "start" in r["steps"]:
+        n["alive"], n["running"], n["started"] = True, n["link"], fleet.tick()
+    if "stop" in r["steps"]:
+        n["alive"] = False
+    if n["alive"] and n["running"] == p["from"]:
+        n["journal"] = None
+
+
+def run(fleet: Fleet, faults: dict[str, t.Any], requests: dict[str, t.Any]) -> list[str]:
+    """One site.yml run's serve plays; returns the nodes held.
+
+    Play 2 first: every node that serves nothing, all at once (a node that fails there is out
+    of the rest of the run). Play 3: each router that answers adds the nodes that serve and it
+    lacks (roles/vllm_router/tasks/reconcile.yml). Then play 4: a node at a time, the rollout stopping at the first
+    failed node; a held node is left as it is and the others carry on.
+    """
+    STATS["runs"] += 1
+    held: list[str] = []
+    out: set[str] = set()
+    started = fleet.tick()
+    for scope in ("idle", "routers", "all"):
+        if scope == "routers":
+            reconcile(fleet, faults)
+            continue
+        for name in sorted(set(fleet.nodes) - out):
+            try:
+                verdict = serve(fleet, name, scope, faults, dict(requests, restart_since=started))
+            except Killed:
+                STATS["killed"] += 1
+                return held
+            if verdict == "held":
+                held.append(name)
+            elif verdict == "failed":
+                out.add(name)
+                if scope == "all":
+                    return held
+    return held
+
+
+def reconcile(fleet: Fleet, faults: dict[str, t.Any]) -> None:
+    """Play 3 on each router host that answers: the serving nodes it lacks are added (the
+    inventory names every node here, so nothing is removed)."""
+    for r, listed in fleet.lists.items():
+        if (r, "router") in faults["unknown"]:
+            continue
+        for name, n in fleet.nodes.items():
+            if n["alive"] and name not in listed:
+                listed.add(name)
+
+
+def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], requests: dict[str, t.Any]) -> str:
+    """serve_node.yml for one node: ok | skipped | held | failed."""
+    reads = fleet.reads(faults)
+    state = {"observed": fleet.observe(name, faults), "routers": vf.router_view(reads, fleet.url(name)),
+             "start": True, "rendered": {}, "requests": requests,
+             "canary": {"enabled": True, "stop_server": "auto", "batch_size": 1 if scope == "all" else len(fleet.nodes),
+                        "hosts_count": len(fleet.nodes), "gpu_memory_gib": 16},
+             "check_mode": False, "now": fleet.tick()}
+    try:
+        p = vp.plan(state)
+    except vp.PlanError:
+        STATS["refused"] += 1
+        return "failed"
+    STATS["plans"] += 1
+    if scope == "idle" and p["serving"]:
+        return "skipped"
+    if p["held"]:
+        STATS["held"] += 1
+        return "held"
+    try:
+        execute(fleet, name, p, faults, reads)
+    except Failed:
+        STATS["failed"] += 1
+        if fleet.nodes[name]["alive"] and p["routed"]:  # the rescue puts a node that still serves back
+            for r in fleet.lists:
+                fleet.lists[r].add(name)
+        return "failed"
+    return "ok"
+
+
+NO_FAULTS: dict[str, t.Any] = {"unknown": set(), "kill": {}, "canary_fails": set(), "start_fails": set()}
+
+node_strategy = st.fixed_dictionaries({
+    "alive": st.booleans(),
+    "running": st.sampled_from(ENVS),
+    "link": st.sampled_from(ENVS),
+    "previous": st.sampled_from(("",) + ENVS),
+    "journal": st.none() | st.builds(
+        lambda action, frm, to, ok: {"version": 1, "action": action, "from": frm, "to": to, "previous": "",
+                                     "canary_ok": ok},
+        st.sampled_from(("upgrade", "restart", "rollback")), st.sampled_from(ENVS), st.sampled_from(ENVS),
+        st.booleans()),
+    "hold": st.none() | st.builds(lambda frm, to: {"from": frm, "to": to, "at": "x"},
+                                  st.sampled_from(ENVS), st.sampled_from(ENVS)),
+    "reboot": st.booleans(),
+    "marker": st.none() | st.just(500.0) | st.just(5000.0),
+    "unlisted": st.sets(st.sampled_from(ROUTERS)),
+})
+
+
+def faults_strategy(names: list[str]) -> st.SearchStrategy[dict[str, t.Any]]:
+    reads = [(r, "router") for r in ROUTERS] + [(n, k) for n in names for k in ("health", "metrics")]
+    return st.fixed_dictionaries({
+        "unknown": st.sets(st.sampled_from(reads), max_size=2),
+        "kill": st.dictionaries(st.sampled_from(names), st.integers(1, 8), max_size=1),
+        "canary_fails": st.sets(st.sampled_from(names), max_size=1),
+        "start_fails": st.sets(st.sampled_from(names), max_size=1),
+    })
+
+
+def world(fleet: Fleet, event: tuple[str, str]) -> None:
+    """Something that happens between two runs, not by the playbook."""
+    kind, arg = event
+    if kind == "dies":
+        fleet.nodes[arg]["alive"] = False  # the routers' health checks see it unhealthy
+    elif kind == "unlisted":
+        for r in fleet.lists:
+            fleet.lists[r].discard(arg)
+    elif kind == "pins":
+        fleet.target = arg
+    elif kind == "restart_asked":
+        fleet.nodes[arg]["marker"] = fleet.tick()
+    elif kind == "reboot_pending":
+        fleet.nodes[arg]["reboot"] = True
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_the_plan_keeps_the_invariants_and_converges(data):
+    count = data.draw(st.integers(2, 3), label="nodes")
+    names = [f"gpu{i:02d}" for i in range(1, count + 1)]
+    nodes = [dict(data.draw(node_strategy, label=name), name=name, started=900.0) for name in names]
+    for n in nodes:
+        if n["journal"] is None and n["alive"]:
+            n["running"] = n["link"]  # without a killed run, a live server runs what the link names
+    routers = list(ROUTERS[:data.draw(st.integers(1, 2), label="routers")])
+    fleet = Fleet(nodes, routers, data.draw(st.sampled_from(ENVS), label="pins"))
+    STATS["fleets"] += 1
+    events = st.tuples(st.sampled_from(("dies", "unlisted", "restart_asked", "reboot_pending")), st.sampled_from(names)) | \
+        st.tuples(st.just("pins"), st.sampled_from(ENVS))
+    for _round in range(data.draw(st.integers(1, 4), label="rounds")):
+        STATS["rounds"] += 1
+        for event in data.draw(st.lists(events, max_size=2), label="events"):
+            world(fleet, event)
+        faults = data.draw(faults_strategy(names), label="faults")
+        requests = data.draw(st.fixed_dictionaries({"rollback": st.booleans()}), label="requests")
+        states = {name: copy.deepcopy(fleet.nodes[name]) for name in names}
+        held = run(fleet, faults, requests)
+        for name in held:  # a held node is left exactly as it was
+            assert fleet.nodes[name] == states[name], f"{name} was held but changed"
+
+    # The faults stop: two plain runs converge every node, and the next plans have no step.
+    for _clean_run in range(2):
+        run(fleet, NO_FAULTS, {})
+    for name in names:
+        n = fleet.nodes[name]
+        state = {"observed": fleet.observe(name, NO_FAULTS), "start": True,
+                 "routers": vf.router_view(fleet.reads(NO_FAULTS), fleet.url(name)),
+                 "canary": {"batch_size": 1, "hosts_count": count}, "now": fleet.tick()}
+        p = vp.plan(state)
+        assert p["steps"] == [] and p["action"] in ("none", "hold"), f"{name}: {p['line']}"
+        assert n["alive"] and n["running"] == n["link"] == p["to"] and n["journal"] is None, (name, n)
+        assert all(name in fleet.lists[r] for r in routers), (name, fleet.lists)
+
+
+def test_the_model_is_not_vacuous():
+    """The generated runs held, refused, killed and failed nodes, and took steps (else the
+    invariants above were checked on nothing). Runs after the property test in this file."""
+    assert STATS["fleets"] >= 100 and STATS["steps"] > 1000
+    assert min(STATS["held"], STATS["killed"], STATS["failed"]) > 0, STATS
