@@ -23,6 +23,9 @@ default, GPUSERVE_FLEET_KILL_SAMPLE=3); 0 kills at every one.
 
 Every run is `site.yml --tags vllm_server --limit NODE` as an operator re-runs a killed play;
 the target env is handed in an inventory file, as the prepare play hands its build dir. The
+nodes' cycles overlap, so each node's runs take a run lock of their own (gpuserve_lock_path
+site-NODE.lock on the router host): a killed run leaves its lock, and every re-run must say it
+took it over. The
 summary (per cycle: the task killed before, the re-run's seconds, the state found) goes to
 --out as JSON and to stdout; the exit status is 1 when any cycle did not converge.
 """
@@ -79,6 +82,7 @@ class Runner:
 
     def __init__(self, inventories: list[str], node: str, workdir: Path) -> None:
         self.inventories, self.node, self.workdir = inventories, node, workdir
+        self.stdout = ""
 
     def run(self, target: str | None, extra: list[str], kill_at: int = 0) -> tuple[int, float, list[str]]:
         trace = self.workdir / f"trace-{time.monotonic_ns()}.txt"
@@ -89,14 +93,21 @@ class Runner:
                    ANSIBLE_CALLBACKS_ENABLED="gpuserve_kill", GPUSERVE_KILL_TRACE=str(trace),
                    GPUSERVE_KILL_AT=str(kill_at) if kill_at else "", ANSIBLE_FORCE_COLOR="0")
         argv = (["ansible-playbook", str(REPO / "playbooks" / "site.yml"), "--tags", "vllm_server",
-                 "--limit", self.node, "--extra-vars", "vllm_router_min_healthy_workers=0"]
+                 "--limit", self.node, "--extra-vars", "vllm_router_min_healthy_workers=0",
+                 "--extra-vars", f"gpuserve_lock_path=/var/lib/gpuserve/site-{self.node}.lock"]
                 + [f"--inventory={i}" for i in self.inventories + [str(inventory)]] + extra)
         started = time.monotonic()
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False)
         lines = trace.read_text().splitlines() if trace.exists() else []
         log = self.workdir / f"run-{self.node}-{time.monotonic_ns()}.log"
         log.write_text(proc.stdout + proc.stderr)
+        self.stdout = proc.stdout
         return proc.returncode, round(time.monotonic() - started, 1), lines
+
+
+def took_over(runner: Runner) -> bool:
+    """The re-run after a kill took over the lock the killed run left (and said so)."""
+    return "ended without releasing it" in runner.stdout and "was taken over" in runner.stdout
 
 
 def chosen(boundaries: int, sample: int, index: int, count: int) -> list[int]:
@@ -145,7 +156,7 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
         rc_kill, _s, trace = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"], kill_at=k)
         killed = next((line.split("\t", 1)[1] for line in trace if line.startswith("killed")), "")
         rc, secs, _t = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"])
-        record("upgrade", k, killed, rc_kill, rc, secs, other, current, node_state(node), True)
+        record("upgrade", k, killed, rc_kill, rc, secs, other, current, node_state(node), took_over(runner))
         current, other = other, current
 
     # Rollbacks: the node serves `current`, `.previous` names `other`; no hold.
@@ -163,7 +174,8 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
         again = ["--extra-vars", "vllm_server_rollback=true"] if k % 2 else []
         rc, secs, _t = runner.run(None, again)
         state = node_state(node)
-        record("rollback", k, killed, rc_kill, rc, secs, other, current, state, state["hold"])
+        record("rollback", k, killed, rc_kill, rc, secs, other, current, state,
+               state["hold"] and took_over(runner))
         current, other = other, current
 
 

@@ -1,0 +1,165 @@
+"""gpuserve.vllm.fleet_lock through real ansible-playbook runs on localhost (connection local).
+
+Run 1 takes the lock and waits on a file; run 2, started meanwhile, fails naming run 1's
+ansible-playbook pid and leaves the lock alone; run 1 is then SIGKILLed with every process it
+started (Ansible's workers call setsid, so the tree is walked through /proc, not a process
+group); run 3 takes the lock over with the "ended without releasing it" message and its release leaves no lock.
+Needs the environment of tests/env.sh. Bounded: every wait and run has a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import typing as t
+from pathlib import Path
+
+import pytest
+
+RUN_TIMEOUT = 120
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant of pid, read from /proc (ppid is field 4 of /proc/<pid>/stat)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """Stop the process so it starts nothing new, then SIGKILL it and all it started."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return
+    for victim in [pid] + children(pid):
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class Runs:
+    """Playbooks in a temp dir against localhost, all sharing one lock path."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.lock = root / "state" / "site.lock"
+        self.go = root / "go"
+        self.inventory = root / "inventory.ini"
+        self.inventory.write_text(
+            f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+        self.env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0",
+                        ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_DEPRECATION_WARNINGS="0")
+
+    def playbook(self, name: str, tasks: list[dict[str, t.Any]]) -> Path:
+        path = self.root / f"{name}.json"
+        path.write_text(json.dumps([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
+        return path
+
+    def argv(self, playbook: Path) -> list[str]:
+        return ["ansible-playbook", "-i", str(self.inventory), str(playbook), "-e", "token=s3cret"]
+
+    def take(self) -> dict[str, t.Any]:
+        return {"gpuserve.vllm.fleet_lock": {"path": str(self.lock)}, "register": "taken"}
+
+    def release(self) -> dict[str, t.Any]:
+        return {"gpuserve.vllm.fleet_lock": {"path": str(self.lock), "state": "absent"},
+                "register": "released"}
+
+    def run(self, playbook: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(playbook), capture_output=True, text=True, env=self.env,
+                              timeout=RUN_TIMEOUT, check=False)
+
+    def wait_for_lock(self, proc: subprocess.Popen, timeout: float = 60) -> dict[str, t.Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.lock.exists():
+                return json.loads(self.lock.read_text())
+            if proc.poll() is not None:
+                out, err = proc.communicate()
+                raise AssertionError(f"run 1 ended (rc {proc.returncode}) before it took the lock:\n"
+                                     f"{out[-4000:]}\n{err[-2000:]}")
+            time.sleep(0.1)
+        raise AssertionError(f"run 1 took no lock within {timeout} s")
+
+
+@pytest.fixture()
+def runs(tmp_path: Path) -> Runs:
+    return Runs(tmp_path)
+
+
+def test_second_run_refused_killed_run_taken_over(runs: Runs) -> None:
+    holding = runs.playbook("run1", [
+        runs.take(),
+        {"ansible.builtin.wait_for": {"path": str(runs.go), "timeout": 90}},
+        runs.release(),
+    ])
+    run1 = subprocess.Popen(runs.argv(holding), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=runs.env)
+    try:
+        record = runs.wait_for_lock(run1)
+        assert record["pid"] == run1.pid, record  # the ansible-playbook process, not a worker
+        assert "s3cret" not in record["command"] and "-e '***'" in record["command"]
+
+        second = runs.run(runs.playbook("run2", [runs.take()]))
+        assert second.returncode != 0, second.stdout[-4000:]
+        assert f"ansible-playbook pid {run1.pid}" in second.stdout, second.stdout[-4000:]
+        assert "still running" in second.stdout
+        assert json.loads(runs.lock.read_text()) == record
+
+        kill_tree(run1.pid)
+        run1.communicate(timeout=30)
+        assert run1.returncode == -signal.SIGKILL
+        assert json.loads(runs.lock.read_text()) == record  # a killed run leaves its lock
+
+        out = runs.root / "run3-results.json"
+        third = runs.run(runs.playbook("run3", [
+            runs.take(), runs.release(),
+            {"ansible.builtin.copy": {"content": "{{ [taken, released] | to_json }}", "dest": str(out)}},
+        ]))
+        assert third.returncode == 0, third.stdout[-4000:] + third.stderr[-2000:]
+        taken, released = json.loads(out.read_text())
+        assert taken["action"] == "takeover" and taken["changed"], taken
+        assert "a lock left by a run that ended without releasing it" in taken["msg"] and f"pid {run1.pid} " in taken["msg"]
+        assert taken["previous"] == record and taken["holder"]["run_id"] != record["run_id"]
+        assert released["action"] == "release" and released["previous"]["run_id"] == taken["holder"]["run_id"]
+        assert not runs.lock.exists()
+        assert sorted(p.name for p in runs.lock.parent.iterdir()) == []  # no temp file either
+    finally:
+        runs.go.touch()
+        if run1.poll() is None:
+            kill_tree(run1.pid)
+            run1.communicate(timeout=30)
+
+
+def test_one_run_keeps_its_lock_across_tasks_and_releases(runs: Runs) -> None:
+    out = runs.root / "results.json"
+    result = runs.run(runs.playbook("run", [
+        runs.take(),
+        {"gpuserve.vllm.fleet_lock": {"path": str(runs.lock)}, "register": "again"},
+        runs.release(),
+        {"ansible.builtin.copy": {"content": "{{ [taken, again, released] | to_json }}", "dest": str(out)}},
+    ]))
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    taken, again, released = json.loads(out.read_text())
+    assert (taken["action"], again["action"], released["action"]) == ("acquire", "keep", "release")
+    assert taken["holder"]["run_id"] == again["holder"]["run_id"] == released["previous"]["run_id"]
+    assert not runs.lock.exists()

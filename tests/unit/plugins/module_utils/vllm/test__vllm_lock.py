@@ -1,0 +1,273 @@
+"""Tables for the fleet lock (plugins/module_utils/_vllm/_lock.py) and its module, in-process.
+
+The rules decide who holds the fleet: a killed run on this controller is taken over, a live or
+unknowable holder refuses naming it, secrets never reach the lock file's command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from ansible.module_utils import basic
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _lock
+from ansible_collections.gpuserve.vllm.plugins.modules import fleet_lock
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "plugins" / "modules"))
+from module_runner import run_module_main  # noqa: E402
+
+
+def rec(run_id: str = "run-a", pid: int = 4242, **kw: t.Any) -> dict:
+    return dict({"run_id": run_id, "controller": "ctl1", "boot_id": "boot-1", "pid": pid,
+                 "pid_start": "1000", "started": 1735689600.0, "user": "alice",
+                 "command": "ansible-playbook site.yml -e '***'", "heartbeat": 1735689600.0}, **kw)
+
+
+ME = rec("run-me", 7, user="bob")
+
+
+@pytest.mark.parametrize("existing, alive, brk, action, words", [
+    (None, None, "", "acquire", ["run-me", "pid 7"]),
+    (rec("run-me"), None, "", "keep", ["already held by this run"]),
+    (rec(), True, "", "refuse", ["still running", "pid 4242", "run-a", "ctl1", "alice"]),
+    (rec(), False, "", "takeover", ["a lock left by a run that ended without releasing it (killed, or stopped",
+                                    "taken over", "pid 4242"]),
+    (rec(), None, "", "refuse", ["another controller or boot", "-e gpuserve_lock_break=run-a", "pid 4242"]),
+    (rec(), None, "run-a", "takeover", ["taken over on purpose", "run-a"]),
+    (rec(), None, "run-b", "refuse", ["gpuserve_lock_break=run-b names another run"]),
+    (rec(), True, "run-a", "refuse", ["still running"]),  # seen alive here: the word is wrong
+    (rec(), False, "run-a", "takeover", ["ended without releasing it"]),
+])
+def test_decide(existing, alive, brk, action, words) -> None:
+    decision = _lock.decide(existing, ME, holder_alive=alive, break_run_id=brk)
+    assert decision["action"] == action
+    for word in words:
+        assert word in decision["msg"], decision["msg"]
+
+
+@pytest.mark.parametrize("heartbeat, stale_after, action", [
+    (1735689600.0 + 3 * 3600 - 1, 3 * 3600, "refuse"),  # renewed within the bound: alive as far as known
+    (1735689600.0, 3 * 3600, "takeover"),  # silent for 3 h 1 s
+    (None, 3 * 3600, "takeover"),  # no heartbeat: its start counts
+    (1735689600.0, 0, "refuse"),  # 0: never taken for gone
+])
+def test_a_holder_that_cannot_be_judged_is_gone_after_its_heartbeat_stops(heartbeat, stale_after, action) -> None:
+    now = 1735689600.0 + 3 * 3600 + 1
+    decision = _lock.decide(rec(heartbeat=heartbeat), ME, holder_alive=None, now=now, stale_after=stale_after)
+    assert decision["action"] == action, decision["msg"]
+    if action == "takeover":
+        assert decision["msg"].startswith("a lock whose run gave no sign of life for 180 min "
+                                          "(gpuserve_lock_stale_after: 180 min) was taken over: run run-a")
+    # A holder seen alive on this controller is never taken for gone, whatever its heartbeat.
+    assert _lock.decide(rec(heartbeat=0.0), ME, holder_alive=True, now=now, stale_after=1)["action"] == "refuse"
+
+
+def test_keep_renews_the_heartbeat(monkeypatch, lock) -> None:
+    module(monkeypatch, lock, holder=ME)
+    renewed = module(monkeypatch, lock, holder=dict(ME, heartbeat=ME["heartbeat"] + 60))
+    assert (renewed["changed"], renewed["action"]) == (False, "keep")
+    assert json.loads(lock.read_text()) == dict(ME, heartbeat=ME["heartbeat"] + 60)
+
+
+@pytest.mark.parametrize("existing, found", [
+    ([1, 2], "holds list"), ("junk", "holds str"), ({"pid": 1}, "without a run_id (keys: pid)"),
+    ({"run_id": ""}, "without a run_id"), ({"run_id": 5}, "without a run_id"),
+])
+def test_decide_malformed_raises(existing, found) -> None:
+    with pytest.raises(_lock.LockError, match=found.replace("(", r"\(").replace(")", r"\)")):
+        _lock.decide(existing, ME, holder_alive=None)
+
+
+@pytest.mark.parametrize("text, found", [
+    ("", "not JSON"), ("garbage", "'garbage', not JSON"), ("[1]", "holds list"), ('{"pid": 1}', "without a run_id"),
+])
+def test_parse_record_refuses(text, found) -> None:
+    with pytest.raises(_lock.LockError, match=found):
+        _lock.parse_record(text)
+
+
+def fake_proc(root: Path, pid: int, ticks: str, comm: str = "ansible-playboo") -> str:
+    (root / str(pid)).mkdir(parents=True, exist_ok=True)
+    fields = ["S"] + [str(n) for n in range(4, 22)] + [ticks, "0", "0"]
+    (root / str(pid) / "stat").write_text(f"{pid} ({comm}) " + " ".join(fields) + "\n")
+    return str(root)
+
+
+@pytest.mark.parametrize("record, proc_pid, ticks, comm, expected", [
+    (rec(), 4242, "1000", "ansible-playboo", True),
+    (rec(), 4242, "1000", "a) (b c)", True),  # comm with spaces and parentheses
+    (rec(), 4242, "2000", "python3", False),  # pid reused by another process
+    (rec(), 99, "1000", "x", False),  # pid gone
+    (rec(controller="ctl2"), 4242, "1000", "x", None),
+    (rec(boot_id="boot-0"), 4242, "1000", "x", None),  # the controller rebooted since
+    (rec(pid="x"), 4242, "1000", "x", None),
+    (rec(pid=0), 4242, "1000", "x", None),
+])
+def test_holder_alive(tmp_path, record, proc_pid, ticks, comm, expected) -> None:
+    proc = fake_proc(tmp_path, proc_pid, ticks, comm)
+    assert _lock.holder_alive(record, controller="ctl1", boot_id="boot-1", proc=proc) is expected
+
+
+def test_holder_alive_without_boot_id_cannot_tell(tmp_path) -> None:
+    proc = fake_proc(tmp_path, 4242, "1000")
+    assert _lock.holder_alive(rec(boot_id=""), controller="ctl1", boot_id="", proc=proc) is None
+
+
+def test_start_ticks_of_this_process_and_run_id() -> None:
+    ticks = _lock.start_ticks(os.getpid())
+    assert ticks and ticks.isdigit()
+    assert _lock.run_id("c", "b", 1, ticks) == _lock.run_id("c", "b", 1, ticks)
+    assert _lock.run_id("c", "b", 1, ticks) != _lock.run_id("c", "b", 1, ticks + "1")
+    assert abs(_lock.process_started(ticks) - _lock.process_started(ticks)) < 1e-9
+
+
+def test_holder_text() -> None:
+    line = _lock.holder_text(rec())
+    assert line == ("run run-a: ansible-playbook pid 4242 on controller ctl1, started "
+                    "2025-01-01T00:00:00Z by alice: ansible-playbook site.yml -e '***'")
+    assert "started ?" in _lock.holder_text(rec(started=None))
+
+
+AP = ["ansible-playbook", "-i", "inv", "site.yml"]
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ([], ""),
+    (["-e", "pw=s3cret"], "-e '***'"),
+    (["-e=pw=s3cret"], "'-e=***'"),
+    (["-epw=s3cret"], "'-e***'"),
+    (["-vve@secrets.yml"], "'-vve***'"),
+    (["-ve", "pw=s3cret"], "-ve '***'"),
+    (["-e", "a b"], "-e '***'"),
+    (["--extra-vars", "x"], "--extra-vars '***'"),
+    (["--extra-vars=x"], "'--extra-vars=***'"),
+    (["--extra", "x"], "--extra '***'"),  # argparse takes unambiguous prefixes
+    (["--vault-password-file", "f"], "--vault-password-file '***'"),
+    (["--vault-pass-file=f"], "'--vault-pass-file=***'"),
+    (["--vault-id", "dev@f"], "--vault-id '***'"),
+    (["--private-key", "k"], "--private-key '***'"),
+    (["--key-file=k"], "'--key-file=***'"),
+    (["--become-password-file", "f"], "--become-password-file '***'"),
+    (["--connection-password-file", "f"], "--connection-password-file '***'"),
+    (["--conn-pass-file", "f"], "--conn-pass-file '***'"),
+    (["--become", "-l", "web"], "--become -l web"),
+    (["--connection", "local", "-C"], "--connection local -C"),
+    (["-vvv", "-t", "roll", "-K"], "-vvv -t roll -K"),
+])
+def test_redact_command(extra, expected) -> None:
+    line = _lock.redact_command(AP + extra)
+    assert line == " ".join(filter(None, ["ansible-playbook -i inv site.yml", expected]))
+    assert "s3cret" not in line
+
+
+# --- the module, in-process --------------------------------------------------------------
+
+
+@pytest.fixture()
+def lock(tmp_path) -> Path:
+    return tmp_path / "var" / "gpuserve" / "site.lock"
+
+
+def module(monkeypatch, lock: Path, **args: t.Any) -> dict:
+    warnings: list[str] = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: warnings.append(w))
+    result = run_module_main(fleet_lock, dict({"path": str(lock)}, **args), monkeypatch)
+    return dict(result, warnings=warnings)
+
+
+def put(lock: Path, record: t.Any) -> None:
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(record if isinstance(record, str) else json.dumps(record))
+
+
+def test_acquire_then_keep_then_release(monkeypatch, lock) -> None:
+    first = module(monkeypatch, lock, holder=ME)
+    assert (first["failed"], first["changed"], first["action"]) == (False, True, "acquire")
+    assert json.loads(lock.read_text()) == ME and first["holder"] == ME
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o644 and stat.S_IMODE(lock.parent.stat().st_mode) == 0o755
+    assert [p.name for p in lock.parent.iterdir()] == ["site.lock"]  # no temp file left
+    again = module(monkeypatch, lock, holder=ME)
+    assert (again["changed"], again["action"]) == (False, "keep")
+    assert module(monkeypatch, lock, state="query")["holder"] == ME
+    gone = module(monkeypatch, lock, state="absent", holder=ME)
+    assert (gone["changed"], gone["action"], gone["previous"]) == (True, "release", ME)
+    assert not lock.exists()
+    assert module(monkeypatch, lock, state="absent", holder=ME)["changed"] is False
+
+
+def test_live_holder_refused_naming_it(monkeypatch, lock) -> None:
+    put(lock, rec())
+    result = module(monkeypatch, lock, holder=ME, holder_alive=True, judged_run_id="run-a")
+    assert result["failed"] and "pid 4242" in result["msg"] and "run-a" in result["msg"]
+    assert json.loads(lock.read_text()) == rec()
+
+
+def test_killed_holder_taken_over(monkeypatch, lock) -> None:
+    put(lock, rec())
+    result = module(monkeypatch, lock, holder=ME, holder_alive=False, judged_run_id="run-a", _ansible_diff=True)
+    assert (result["failed"], result["changed"], result["action"]) == (False, True, "takeover")
+    assert "a lock left by a run that ended without releasing it" in result["msg"] and result["previous"] == rec()
+    assert json.loads(lock.read_text()) == ME
+    assert "pid 4242" in result["diff"]["before"] and "pid 7" in result["diff"]["after"]
+
+
+def test_lock_changed_since_judged_counts_as_live(monkeypatch, lock) -> None:
+    put(lock, rec("run-c", 555))
+    result = module(monkeypatch, lock, holder=ME, holder_alive=False, judged_run_id="run-a")
+    assert result["failed"] and "pid 555" in result["msg"] and "still running" in result["msg"]
+
+
+def test_link_race_refused_naming_the_winner(monkeypatch, lock) -> None:
+    real = fleet_lock.read_lock
+    calls: list[int] = []
+
+    def racing_read(path: str) -> dict | None:
+        found = real(path)
+        if not calls:  # the other run links its record right after this run read "no lock"
+            put(lock, rec("run-other", 3131))
+        calls.append(1)
+        return found
+
+    monkeypatch.setattr(fleet_lock, "read_lock", racing_read)
+    result = module(monkeypatch, lock, holder=ME)
+    assert result["failed"] and "pid 3131" in result["msg"] and len(calls) == 2
+    assert json.loads(lock.read_text())["run_id"] == "run-other"
+    assert [p.name for p in lock.parent.iterdir()] == ["site.lock"]
+
+
+def test_check_mode_writes_nothing_and_only_warns(monkeypatch, lock) -> None:
+    result = module(monkeypatch, lock, holder=ME, _ansible_check_mode=True)
+    assert (result["changed"], result["action"]) == (True, "acquire") and not lock.parent.exists()
+    put(lock, rec())
+    held = module(monkeypatch, lock, holder=ME, holder_alive=True, judged_run_id="run-a", _ansible_check_mode=True)
+    assert (held["failed"], held["changed"], held["action"]) == (False, False, "refuse")
+    assert "pid 4242" in held["warnings"][0]
+    dead = module(monkeypatch, lock, holder=ME, holder_alive=False, judged_run_id="run-a", _ansible_check_mode=True)
+    assert (dead["changed"], dead["action"]) == (True, "takeover") and json.loads(lock.read_text()) == rec()
+
+
+def test_absent_leaves_another_runs_lock(monkeypatch, lock) -> None:
+    put(lock, rec())
+    result = module(monkeypatch, lock, state="absent", holder=ME)
+    assert (result["failed"], result["changed"], result["action"]) == (False, False, "leave")
+    assert "pid 4242" in result["warnings"][0] and json.loads(lock.read_text()) == rec()
+
+
+@pytest.mark.parametrize("content", ["garbage\n", "[1, 2]", '{"pid": 1}', ""])
+@pytest.mark.parametrize("state", ["present", "absent", "query"])
+def test_malformed_lock_refused_naming_path_and_left(monkeypatch, lock, content, state) -> None:
+    put(lock, content)
+    result = module(monkeypatch, lock, state=state, holder=ME)
+    assert result["failed"] and str(lock) in result["msg"] and "left as it is" in result["msg"]
+    assert lock.read_text() == content
+
+
+def test_module_alone_without_a_run_id_fails(monkeypatch, lock) -> None:
+    assert "no run_id" in module(monkeypatch, lock, holder={"pid": 1})["msg"] and not lock.parent.exists()
