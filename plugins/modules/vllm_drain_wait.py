@@ -14,8 +14,9 @@ description:
   - Run on a serving node after it left its routers. Waits O(settle) seconds (a request routed
     just before the removal may still be on its way), then reads C(/metrics) every O(poll)
     seconds until C(vllm:num_requests_running) + C(vllm:num_requests_waiting) is 0 in two
-    readings in a row with no token produced between them (a request still on its way when the
-    first one was taken shows up in the second).
+    readings with no token produced between them (a request still on its way when the first one
+    was taken shows up in the second). A failed reading between the two neither confirms nor
+    breaks them (the unchanged token counters show that nothing ran in between).
   - vLLM's gauges can keep their last value after the requests were aborted (vllm issues 29928
     and 22545). While gauges and token counters (C(vllm:prompt_tokens_total),
     C(vllm:generation_tokens_total)) stay unchanged for O(stale_after) seconds, the gauges are

@@ -14,7 +14,9 @@ tests/doubles/fake_vllm_server.py with what a drained rolling restart depends on
     v1 metrics print them, see https://docs.vllm.ai/en/latest/design/metrics.html), with
     FAKE_VLLM_MAX_RUNNING (default 4) running at once and the rest waiting;
   * FAKE_VLLM_STALE_ON_ABORT=1 leaves a stream the client aborted counted as running, the way
-    vLLM's gauges can keep their last value after aborts (vllm #29928, #22545).
+    vLLM's gauges can keep their last value after aborts (vllm #29928, #22545);
+  * FAKE_VLLM_METRICS_FAIL_EVERY=N answers every Nth /metrics read with a 500 (uvicorn's plain
+    "Internal Server Error"), a scrape that fails while the node serves.
 FAKE_VLLM_NODE_NAME is returned in the completion's `system_fingerprint`, so a load generator
 behind a router can count which node answered. Everything else is fake_vllm_server's.
 """
@@ -35,6 +37,7 @@ TOKEN_SECONDS = float(os.environ.get("FAKE_VLLM_TOKEN_SECONDS", "0.05"))
 MAX_RUNNING = int(os.environ.get("FAKE_VLLM_MAX_RUNNING", "4"))
 NODE_NAME = os.environ.get("FAKE_VLLM_NODE_NAME", "")
 STALE_ON_ABORT = os.environ.get("FAKE_VLLM_STALE_ON_ABORT", "") == "1"
+METRICS_FAIL_EVERY = int(os.environ.get("FAKE_VLLM_METRICS_FAIL_EVERY", "0"))
 PROMPT_TOKENS = 5
 
 
@@ -49,6 +52,7 @@ class FleetState(base.State):
         self.waiting = 0
         self.prompt_tokens = 0
         self.generation_tokens = 0
+        self.metrics_reads = 0
 
     def _enter(self) -> None:
         with self.gauge_lock:
@@ -123,6 +127,15 @@ def make_handler(state: FleetState, original=base.make_handler):
             if NODE_NAME and isinstance(body, dict) and body.get("object") == "text_completion":
                 body = dict(body, system_fingerprint=NODE_NAME)
             super()._send(code, body, ctype)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+            if self.path == "/metrics" and METRICS_FAIL_EVERY:
+                with state.gauge_lock:
+                    state.metrics_reads += 1
+                    fail = state.metrics_reads % METRICS_FAIL_EVERY == 0
+                if fail:
+                    return super()._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+            return super().do_GET()
 
         def do_POST(self) -> None:  # noqa: N802 (http.server naming)
             length = int(self.headers.get("Content-Length") or 0)

@@ -38,8 +38,11 @@ class DrainWatch:
         self.polls = 0
         self.max_in_flight = 0.0
         # A request can be on its way (routed just before the removal, not yet counted by the
-        # server): the node is drained only after two readings in a row with nothing running or
-        # waiting and no token produced between them.
+        # server): the node is drained only after two confirmed readings with nothing running or
+        # waiting and no token produced between them. A failed read between the two tells
+        # nothing either way, so it neither confirms nor breaks them: the unchanged token
+        # counters show that nothing ran in between (a /metrics failing every other read still
+        # ends a drain).
         self.quiet: tuple[float, float | None] | None = None
 
     def feed(self, now: float, reading: t.Mapping[str, t.Any] | None,
@@ -56,7 +59,6 @@ class DrainWatch:
         if reading is None:
             if alive is False:
                 return self._verdict(True, "gone", elapsed, 0.0, 0.0)
-            self.quiet = None  # two confirmed empty readings in a row, not one and a gap
             if self.unread_since is None:
                 self.unread_since = now
             if now - self.unread_since >= self.unread_after:
@@ -97,7 +99,7 @@ def message(outcome: str, elapsed: float, running: float, waiting: float, stale_
     """The line the drain reports."""
     gauges = f"{running:g} running, {waiting:g} waiting"
     if outcome == "drained":
-        return f"drained after {elapsed:.1f} s (no request running or waiting, two readings in a row)"
+        return f"drained after {elapsed:.1f} s (no request running or waiting, no token produced, two readings)"
     if outcome == "stale":
         return (f"WARNING: the gauges stayed at {gauges} for {stale_after:g} s with no token "
                 f"produced (vllm_router_drain_stale_after): taken for stale values (vllm #29928), "
@@ -109,8 +111,8 @@ def message(outcome: str, elapsed: float, running: float, waiting: float, stale_
                 f"its state could not be read): whether requests are in flight is unknown, so the "
                 f"node is not stopped; drain ended unconfirmed after {elapsed:.1f} s")
     if outcome == "timeout" and running + waiting == 0:
-        return (f"did not drain within {timeout:g} s (vllm_router_drain_timeout): no two readings in a "
-                f"row confirmed it empty (/metrics kept failing in between)")
+        return (f"did not drain within {timeout:g} s (vllm_router_drain_timeout): no second reading "
+                f"confirmed it empty (/metrics kept failing)")
     if outcome == "timeout":
         return (f"did not drain within {timeout:g} s (vllm_router_drain_timeout): {gauges}, "
                 f"tokens still being produced")

@@ -92,6 +92,22 @@ def test_the_drain_waits_for_a_stream_to_finish(server, monkeypatch):
     assert result["elapsed"] >= 1.5 and result["max_in_flight"] == 1
 
 
+@pytest.mark.parametrize("server", [{"FAKE_VLLM_METRICS_FAIL_EVERY": "2"}], indirect=True)
+def test_metrics_failing_every_other_read_do_not_end_the_drain(server, monkeypatch):
+    """A failed read is no reading: the drain holds until two confirmed empty readings."""
+    port, _proc = server
+    server_process_is(monkeypatch, True)
+    done = []
+    thread = threading.Thread(target=lambda: done.append(stream(port, 60)))  # 3 s of tokens
+    thread.start()
+    time.sleep(0.5)
+    result = drain(port, monkeypatch, timeout=30, stale_after=10, unread_after=5)
+    thread.join()
+    assert result["outcome"] == "drained" and not result["failed"]
+    assert done == [60]
+    assert result["elapsed"] >= 1.5 and result["max_in_flight"] == 1
+
+
 def test_a_stream_longer_than_the_timeout_fails_the_drain(server, monkeypatch):
     port, _proc = server
     thread = threading.Thread(target=stream, args=(port, 80))  # 4 s

@@ -49,10 +49,15 @@ def test_outcomes(readings, outcome, elapsed):
     ([(t, None) for t in range(0, 10)], True, "unread", 5),
     ([(t, None) for t in range(0, 10)], None, "unread", 5),
     ([(0, r(1, 0, 5))] + [(t, None) for t in range(1, 10)], True, "unread", 6),
-    # /metrics failing every other read: never drained on a gap, drained on two confirmed
-    # empty readings in a row.
-    ([(0, r(0, 0, 5)), (1, None), (2, r(0, 0, 5)), (3, None), (4, r(0, 0, 5)), (5, r(0, 0, 5))], True, "drained", 5),
-    ([(t, None if t % 2 else r(0, 0, 5)) for t in range(0, 40)], True, "timeout", 31),
+    # /metrics failing every other read: a failed read neither confirms nor breaks two empty
+    # readings; the unchanged token counters show nothing ran in the gap.
+    ([(t, None if t % 2 else r(0, 0, 5)) for t in range(0, 40)], True, "drained", 2),
+    # ... but tokens produced in the gap (a request came and went): the next two count.
+    ([(0, r(0, 0, 5)), (1, None), (2, r(0, 0, 9)), (3, None), (4, r(0, 0, 9))], True, "drained", 4),
+    # ... and a stream still running between failed reads keeps it waiting until it ends.
+    ([(t, None if t % 2 else r(1 if t < 20 else 0, 0, min(t, 20))) for t in range(0, 40)], True, "drained", 22),
+    # One empty reading, then only failures: never drained on one reading.
+    ([(0, r(0, 0, 5))] + [(t, None) for t in range(1, 10)], True, "unread", 6),
     # A gap shorter than the bound, then readings again: the bound starts over.
     ([(0, None), (4, r(1, 0, 5)), (5, None), (9, None), (10, r(0, 0, 9)), (11, r(0, 0, 9))], True, "drained", 11),
 ])
@@ -62,9 +67,9 @@ def test_a_failed_reading_is_not_drained(readings, alive, outcome, elapsed):
 
 
 def test_a_drain_that_never_confirmed_says_so():
-    verdict = feed(DrainWatch(4, 10, 5), [(t, None if t % 2 else r(0, 0, 5)) for t in range(0, 9)], True)
-    assert verdict["msg"] == ("did not drain within 4 s (vllm_router_drain_timeout): no two readings in a row "
-                              "confirmed it empty (/metrics kept failing in between)")
+    verdict = feed(DrainWatch(4, 10, 5), [(0, r(0, 0, 5))] + [(t, None) for t in range(1, 9)], True)
+    assert verdict["msg"] == ("did not drain within 4 s (vllm_router_drain_timeout): no second reading "
+                              "confirmed it empty (/metrics kept failing)")
 
 
 def test_unread_says_the_node_was_not_stopped():
