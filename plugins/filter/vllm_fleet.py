@@ -11,9 +11,11 @@ from __future__ import annotations
 import typing as t
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _fleet as vf
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _router_restart as vr
 
 
 def vllm_node_plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
@@ -71,6 +73,21 @@ def vllm_drain_settings(settings: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str
     return vf.drain_settings(list(settings or []))
 
 
+def vllm_router_restart_need(show: str, files: str, pending: t.Sequence[str] | None = None) -> dict[str, t.Any]:
+    """show.stdout | vllm_router_restart_need(files.stdout, pending) -> {state, reasons, error}."""
+    return vr.need(str(show or ""), str(files or ""), [str(p) for p in pending or []])
+
+
+def vllm_router_restart_plan(need: t.Mapping[str, t.Any], others: t.Sequence[t.Mapping[str, t.Any]] | None = None,
+                             alone_ok: t.Any = False, name: str = "the router") -> dict[str, t.Any]:
+    """need | vllm_router_restart_plan(readiness.results, vllm_router_restart_alone, name) -> {action, reasons, msg}."""
+    try:
+        alone = boolean(alone_ok, strict=True)
+    except TypeError as exc:
+        raise AnsibleFilterError(f"vllm_router_restart_plan: vllm_router_restart_alone must be a boolean, found {alone_ok!r}") from exc
+    return vr.plan(need, list(others or []), alone, name)
+
+
 class FilterModule:
     """gpuserve.vllm filters for the serve plays."""
 
@@ -84,4 +101,6 @@ class FilterModule:
             "vllm_router_removal_problems": vllm_router_removal_problems,
             "vllm_router_reconcile": vllm_router_reconcile,
             "vllm_drain_settings": vllm_drain_settings,
+            "vllm_router_restart_need": vllm_router_restart_need,
+            "vllm_router_restart_plan": vllm_router_restart_plan,
         }

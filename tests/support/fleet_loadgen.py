@@ -5,7 +5,9 @@ for every chunk and the final [DONE]) through the router from --concurrency thre
 the stop file appears, --max-seconds pass or --max-requests were sent, whichever comes first,
 then writes a JSON summary (count, failures with their reasons, p50/p99 latency, the share of
 each node from the completion's `system_fingerprint`, set by the fleet-node test double) and
-prints it as text. Stdlib only, so it runs on the router node's own interpreter.
+prints it as text. With --retry-refused a connection the router refuses (it is restarting) is
+tried again every 0.1 s, as a client with retries would: the attempts and the longest wait are
+reported, and only a request that was never served or was cut counts as failed. Stdlib only, so it runs on the router node's own interpreter.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ def read_stream(resp, tokens: int) -> tuple[bool, str]:
     return chunks == tokens, node if chunks == tokens else f"stream of {chunks} of {tokens} tokens"
 
 
+def refused(exc: BaseException) -> bool:
+    return isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, ConnectionRefusedError)
+
+
 def one_request(url: str, key: str, model: str, timeout: float, stream: bool = False,
                 tokens: int = 8) -> tuple[bool, str, float]:
     body = json.dumps({"model": model, "prompt": "The capital of France is", "max_tokens": tokens,
@@ -68,7 +74,7 @@ def one_request(url: str, key: str, model: str, timeout: float, stream: bool = F
         detail = exc.read()[:300].decode(errors="replace").strip()
         return False, f"HTTP {exc.code}" + (f": {detail}" if detail else ""), time.monotonic() - start
     except (OSError, ValueError) as exc:
-        return False, type(exc).__name__, time.monotonic() - start
+        return False, "refused" if refused(exc) else type(exc).__name__, time.monotonic() - start
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -77,6 +83,7 @@ def run(args: argparse.Namespace) -> dict:
     nodes: Counter[str] = Counter()
     failures: Counter[str] = Counter()
     failure_times: list[str] = []  # when each failure came back (UTC), to match with the journals
+    refusals = {"count": 0, "longest_wait_s": 0.0}
     sent = [0]
     deadline = time.monotonic() + args.max_seconds
 
@@ -86,8 +93,16 @@ def run(args: argparse.Namespace) -> dict:
                 if sent[0] >= args.max_requests:
                     return
                 sent[0] += 1
-            ok, what, latency = one_request(args.url, args.api_key, args.model, args.timeout,
-                                            args.stream, args.max_tokens)
+            first = time.monotonic()
+            while True:
+                ok, what, latency = one_request(args.url, args.api_key, args.model, args.timeout,
+                                                args.stream, args.max_tokens)
+                if what != "refused" or not args.retry_refused or time.monotonic() > deadline:
+                    break
+                with lock:
+                    refusals["count"] += 1
+                    refusals["longest_wait_s"] = round(max(refusals["longest_wait_s"], time.monotonic() - first), 2)
+                time.sleep(0.1)
             with lock:
                 latencies.append(latency)
                 (nodes if ok else failures)[what] += 1
@@ -107,6 +122,8 @@ def run(args: argparse.Namespace) -> dict:
         "failed": sum(failures.values()),
         "failures": dict(failures),
         "failure_times": failure_times,
+        "refused": refusals["count"],
+        "refused_longest_wait_s": refusals["longest_wait_s"],
         "seconds": round(time.monotonic() - started, 1),
         "p50_ms": round(percentile(latencies, 50) * 1000, 1),
         "p99_ms": round(percentile(latencies, 99) * 1000, 1),
@@ -127,6 +144,8 @@ def main() -> int:
     parser.add_argument("--max-requests", type=int, default=20000)
     parser.add_argument("--stream", action="store_true", help="stream each completion (server-sent events)")
     parser.add_argument("--max-tokens", type=int, default=8, help="tokens asked per completion")
+    parser.add_argument("--retry-refused", action="store_true",
+                        help="try a refused connection again every 0.1 s (a restarting router)")
     parser.add_argument("--stop-file", default="/run/fleet_loadgen.stop")
     parser.add_argument("--output", default="/run/fleet_loadgen.json")
     args = parser.parse_args()
@@ -138,7 +157,9 @@ def main() -> int:
     shares = ", ".join(f"{n} {v['count']} ({v['share']:.0%})" for n, v in summary["per_node"].items())
     print(f"{summary['requests']} requests in {summary['seconds']} s, {summary['failed']} failed "
           f"{summary['failures'] or ''}; latency p50 {summary['p50_ms']} ms, p99 {summary['p99_ms']} ms, "
-          f"max {summary['max_ms']} ms; per node: {shares}")
+          f"max {summary['max_ms']} ms; per node: {shares}"
+          + (f"; {summary['refused']} refused connections retried, the longest wait {summary['refused_longest_wait_s']} s"
+             if args.retry_refused else ""))
     return 0
 
 

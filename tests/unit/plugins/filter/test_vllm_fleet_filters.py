@@ -14,7 +14,19 @@ FILTERS = FilterModule().filters()
 def test_registered_names() -> None:
     assert set(FILTERS) == {"vllm_node_plan", "vllm_node_report", "vllm_node_recovery", "vllm_router_settings",
                             "vllm_router_view", "vllm_router_removal_problems", "vllm_router_reconcile",
-                            "vllm_drain_settings"}
+                            "vllm_drain_settings", "vllm_router_restart_need", "vllm_router_restart_plan"}
+
+
+def test_router_restart_filters_chain_from_what_ansible_registers() -> None:
+    """show.stdout | need(files.stdout) | plan(loop results, alone_ok from a string, name)."""
+    show = "ActiveState=active\nLoadState=loaded\nNeedDaemonReload=no\nExecMainStartTimestamp=Wed 2026-12-02 23:47:21.219560 UTC\n"
+    need = FILTERS["vllm_router_restart_need"](show, "1796255300.5 /etc/systemd/system/vllm-router.service\n", None)
+    assert FILTERS["vllm_router_restart_plan"](need, None, False, "vllm-router")["action"] == "held"
+    assert FILTERS["vllm_router_restart_plan"](need, [], True, "vllm-router")["action"] == "restart"
+    # -e vllm_router_restart_alone=false arrives as a string.
+    assert FILTERS["vllm_router_restart_plan"](need, [], "false", "vllm-router")["action"] == "held"
+    with pytest.raises(AnsibleFilterError, match="vllm_router_restart_alone must be a boolean, found 'maybe'"):
+        FILTERS["vllm_router_restart_plan"](need, [], "maybe", "vllm-router")
 
 
 def test_plan_errors_name_the_filter() -> None:

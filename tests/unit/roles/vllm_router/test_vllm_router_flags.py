@@ -9,7 +9,6 @@ tests/env.sh (ansible-playbook) and the package index once.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -21,9 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.vllm_router_bin import router_bin as installed_router_bin
+
 REPO = Path(__file__).resolve().parents[4]
 ROLE = REPO / "roles" / "vllm_router"
-VERSION = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())["vllm_router_version"]
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
                                 reason="needs ansible-playbook (source tests/env.sh)")
@@ -31,18 +31,7 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
 
 @pytest.fixture(scope="module")
 def router_bin() -> Path:
-    cache = Path(os.environ.get("GPUSERVE_CACHE", Path.home() / ".cache" / "gpuserve"))
-    venv = cache / f"vllm-router-{VERSION}"
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".vllm-router.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (venv / ".complete").exists():
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                            "--disable-pip-version-check", f"vllm-router=={VERSION}"], check=True)
-            (venv / ".complete").write_text(VERSION)
-    return venv / "bin" / "vllm-router"
+    return installed_router_bin()
 
 
 @pytest.fixture(scope="module")
