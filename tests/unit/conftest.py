@@ -25,4 +25,5 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line(
                 "planner model: {fleets} generated fleets, {rounds} rounds of events and faults, {runs} "
                 "site.yml runs, {plans} plans, {steps} steps checked against the invariants; "
-                "{held} held, {killed} killed, {failed} failed, {refused} refused".format(**stats))
+                "{held} held, {killed} killed, {failed} failed, {refused} refused; {concurrent} concurrent runs refused by "
+                "the lock, {takeovers} locks of killed runs taken over".format(**stats))

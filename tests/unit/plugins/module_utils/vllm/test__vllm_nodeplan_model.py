@@ -5,7 +5,9 @@ run x a rollback hold x the routers listing it) and a sequence of rounds. Each r
 events (a server dies, a node is taken out of a router by hand, the pins change, a restart or a
 rollback is asked for, a reboot becomes pending) and one site.yml run with faults (a router's or
 a node's read that does not answer, the run killed after any step, a canary or a start that
-fails). The run is simulated the way playbooks/tasks/serve_node.yml and roles/vllm_server/tasks/
+fails, a second operator's run started while it runs). Each run takes the fleet lock first with
+the real `_lock.decide()`: a second run while the first lives is refused and changes nothing; the
+lock a killed run left is taken over by the next. The run is simulated the way playbooks/tasks/serve_node.yml and roles/vllm_server/tasks/
 execute.yml and recover.yml execute a plan: real `_nodeplan.plan()`, `recovery()` and
 `_fleet.removal_problems()`, one node at a time (gpuserve_serial 1), the rollout stopping at the
 first failed node, a held node left as it is while the others carry on.
@@ -26,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _fleet as vf
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _lock as vl
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
 
 ENVS = ("/opt/ml-env.d/vllm-0.17.0-aaaa", "/opt/ml-env.d/vllm-0.18.0-bbbb", "/opt/ml-env.d/vllm-0.19.0-cccc")
@@ -33,7 +36,7 @@ ROUTERS = ("router01", "router02")
 FLOOR = 1
 DISRUPTIVE = ("stop", "restart", "reboot")
 STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0,
-                         "refused": 0, "killed": 0, "failed": 0}
+                         "refused": 0, "killed": 0, "failed": 0, "concurrent": 0, "takeovers": 0}
 
 
 class Fleet:
@@ -45,6 +48,9 @@ class Fleet:
         self.lists = {r: {n["name"] for n in nodes if n["alive"] and r not in n["unlisted"]} for r in routers}
         self.target = target
         self.clock = 1000.0
+        self.lock: dict[str, t.Any] | None = None  # the lock file's holder record
+        self.live_pids: set[int] = set()  # ansible-playbook processes running on the controller
+        self.next_pid = 100
         for n in nodes:
             n.pop("unlisted")
 
@@ -228,16 +234,47 @@ def run(fleet: Fleet, faults: dict[str, t.Any], requests: dict[str, t.Any]) -> l
     held: list[str] = []
     out: set[str] = set()
     started = fleet.tick()
+    fleet.next_pid += 1
+    me = {"run_id": f"run-{fleet.next_pid}", "controller": "ops01", "boot_id": "b", "pid": fleet.next_pid,
+          "pid_start": "1", "started": started, "user": "ops", "command": "ansible-playbook site.yml",
+          "heartbeat": started}
+    holder = fleet.lock
+    verdict = vl.decide(holder, me, holder_alive=None if holder is None else holder["pid"] in fleet.live_pids,
+                        now=started)
+    if verdict["action"] == "refuse":
+        return held
+    STATS["takeovers"] += verdict["action"] == "takeover"
+    fleet.lock, fleet.live_pids = me, fleet.live_pids | {me["pid"]}
+    try:
+        held = serve_plays(fleet, faults, requests, started, held, out)
+    except Killed:
+        STATS["killed"] += 1
+        fleet.live_pids.discard(me["pid"])  # its process is gone, its lock stays
+        return held
+    fleet.lock = None
+    fleet.live_pids.discard(me["pid"])
+    return held
+
+
+def concurrent_run(fleet: Fleet) -> None:
+    """A second operator's site.yml while this one runs: refused by the lock, it changes nothing."""
+    before = copy.deepcopy((fleet.nodes, fleet.lists, fleet.lock))
+    STATS["concurrent"] += 1
+    run(fleet, NO_FAULTS, {})
+    assert copy.deepcopy((fleet.nodes, fleet.lists, fleet.lock)) == before, "a run the lock refused changed the fleet"
+
+
+def serve_plays(fleet: Fleet, faults: dict[str, t.Any], requests: dict[str, t.Any], started: float,
+                held: list[str], out: set[str]) -> list[str]:
+    """Plays 2, 3 and 4 of one run (Killed propagates: nothing after the kill happens)."""
     for scope in ("idle", "routers", "all"):
         if scope == "routers":
             reconcile(fleet, faults)
+            if faults.get("concurrent"):
+                concurrent_run(fleet)
             continue
         for name in sorted(set(fleet.nodes) - out):
-            try:
-                verdict = serve(fleet, name, scope, faults, dict(requests, restart_since=started))
-            except Killed:
-                STATS["killed"] += 1
-                return held
+            verdict = serve(fleet, name, scope, faults, dict(requests, restart_since=started))
             if verdict == "held":
                 held.append(name)
             elif verdict == "failed":
@@ -288,7 +325,8 @@ def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], request
     return "ok"
 
 
-NO_FAULTS: dict[str, t.Any] = {"unknown": set(), "kill": {}, "canary_fails": set(), "start_fails": set()}
+NO_FAULTS: dict[str, t.Any] = {"unknown": set(), "kill": {}, "canary_fails": set(), "start_fails": set(),
+                               "concurrent": False}
 
 node_strategy = st.fixed_dictionaries({
     "alive": st.booleans(),
@@ -315,6 +353,7 @@ def faults_strategy(names: list[str]) -> st.SearchStrategy[dict[str, t.Any]]:
         "kill": st.dictionaries(st.sampled_from(names), st.integers(1, 8), max_size=1),
         "canary_fails": st.sets(st.sampled_from(names), max_size=1),
         "start_fails": st.sets(st.sampled_from(names), max_size=1),
+        "concurrent": st.booleans(),
     })
 
 
@@ -378,4 +417,4 @@ def test_the_model_is_not_vacuous():
     """The generated runs held, refused, killed and failed nodes, and took steps (else the
     invariants above were checked on nothing). Runs after the property test in this file."""
     assert STATS["fleets"] >= 100 and STATS["steps"] > 1000
-    assert min(STATS["held"], STATS["killed"], STATS["failed"]) > 0, STATS
+    assert min(STATS["held"], STATS["killed"], STATS["failed"], STATS["concurrent"], STATS["takeovers"]) > 0, STATS
