@@ -55,6 +55,12 @@ options:
     description: The restart request file an earlier play leaves.
     type: path
     default: /var/lib/gpuserve/vllm_server.restart-pending
+  nccl_conf:
+    description:
+      - NCCL's configuration file, read by every NCCL process at its start (its mtime); a change
+        after the server started is a restart reason (the fleet would run mixed NCCL settings).
+    type: path
+    default: /etc/nccl.conf
   journal:
     description: The serve plan's journal (JSON) a run writes before it changes anything.
     type: path
@@ -140,7 +146,7 @@ envs:
   returned: always
   type: dict
 files:
-  description: mtimes (epoch seconds or null) of C(unit), C(env_file), C(restart_marker).
+  description: mtimes (epoch seconds or null) of C(unit), C(env_file), C(restart_marker), C(nccl_conf).
   returned: always
   type: dict
 journal:
@@ -225,6 +231,7 @@ def main() -> None:
             "link": {"type": "path", "default": ""},
             "target": {"type": "path", "default": ""},
             "restart_marker": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.restart-pending"},
+            "nccl_conf": {"type": "path", "default": "/etc/nccl.conf"},
             "journal": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.plan.json"},
             "hold": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.rollback.json"},
             "reboot_marker": {"type": "path", "default": ""},
@@ -269,7 +276,7 @@ def main() -> None:
         changed=False, unit=unit, process=process, link=link, previous=previous, target=target,
         envs=ns.envs_view(named),
         files={"unit": ns.mtime(p["unit_path"]), "env_file": ns.mtime(p["env_file"]),
-               "restart_marker": ns.mtime(p["restart_marker"])},
+               "restart_marker": ns.mtime(p["restart_marker"]), "nccl_conf": ns.mtime(p["nccl_conf"])},
         journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
         health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
     )

@@ -142,7 +142,7 @@ class Node:
         return bool(env) and bool(self.envs.get(env, {}).get("built"))
 
     def written_after_start(self, name: str) -> bool:
-        """Whether file `name` (unit, env_file, restart_marker) changed after the process started."""
+        """Whether file `name` (unit, env_file, restart_marker, nccl_conf) changed after the process started."""
         mtime = self.files.get(name)
         if mtime is None or self.process_started is None:
             return False
@@ -313,7 +313,7 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
                 restart_reasons.append(text)
         if node.alive:
             for name, text in (("unit", "the systemd unit"), ("env_file", "the env file"),
-                               ("restart_marker", "the restart request")):
+                               ("nccl_conf", "the NCCL configuration"), ("restart_marker", "the restart request")):
                 if node.written_after_start(name):
                     restart_reasons.append(f"{text} was written after the server started")
         elif node.files.get("restart_marker") is not None:

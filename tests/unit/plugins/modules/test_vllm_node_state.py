@@ -92,3 +92,15 @@ def test_an_answer_after_a_missed_read_counts(monkeypatch):
     answers = iter([(None, "timed out"), (200, "ok")])
     status, text, kind, used = vllm_node_state.ns.probe(lambda: next(answers), 3, lambda: None)
     assert (status, kind, used) == (200, "answer", 2)
+
+
+def test_the_nccl_configuration_time_is_read_like_the_unit(tmp_path, monkeypatch):
+    """What the plan compares with the server's start: a missing file is None, never 0."""
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path / "no-such-dir"))
+    conf = tmp_path / "nccl.conf"
+    args = dict(_args(tmp_path), nccl_conf=str(conf))
+    absent = run_module_main(vllm_node_state, args, monkeypatch)
+    conf.write_text("NCCL_P2P_DISABLE=1\n")
+    present = run_module_main(vllm_node_state, args, monkeypatch)
+    assert absent["files"]["nccl_conf"] is None
+    assert present["files"]["nccl_conf"] == conf.stat().st_mtime
