@@ -43,7 +43,7 @@ def _mtimes(text: str) -> list[tuple[float, str]]:
     """`find ... -printf '%T@ %p\\n'` lines as (mtime, path)."""
     found = []
     for line in text.splitlines():
-        stamp, _, path = line.strip().partition(" ")
+        stamp, _sep, path = line.strip().partition(" ")
         try:
             found.append((float(stamp), path))
         except ValueError:

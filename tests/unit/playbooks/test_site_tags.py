@@ -67,7 +67,7 @@ CASES = cases()
 
 def test_the_table_names_every_tag_the_playbooks_document():
     header = SITE.read_text().split("# Tags:", 1)[1].split("\n#\n", 1)[0]
-    documented = {t for argv, _ in CASES for t in ",".join(argv[1::2]).split(",")}
+    documented = {t for argv, _plays in CASES for t in ",".join(argv[1::2]).split(",")}
     assert set(re.findall(r"\b(gpu_node|ml_env|vllm_install|eagle3_patches|vllm_router|vllm_server|canary|rollback)\b",
                           header)) <= documented
 
@@ -82,7 +82,7 @@ def test_the_documented_refusals_refuse_before_anything_changes(argv, tmp_path):
     (tmp_path / "hosts.ini").write_text("[gpu_nodes]\nlocalhost ansible_connection=local ansible_become=false "
                                         f"ansible_python_interpreter={sys.executable}\n[vllm_routers]\n")
     run = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.ini"), str(SITE), "--check", *argv],
-                         capture_output=True, text=True, cwd=REPO)
+                         capture_output=True, text=True, cwd=REPO, check=False)
     assert run.returncode != 0
     assert f"{' '.join(argv)} would skip" in " ".join(run.stdout.split()), run.stdout[-2000:]
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", run.stdout), run.stdout[-2000:]
