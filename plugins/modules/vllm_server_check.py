@@ -17,6 +17,8 @@ description:
     (1 + accepted tokens / drafts) of that completion, and the per-position acceptance rates.
   - With O(expect_speculation), fails when the counters are missing or did not grow (the server
     answers, but the drafter is not used).
+  - A C(/metrics) read that fails (an HTTP error, a time-out) is read again, up to 3 times 1 s
+    apart; a scrape that never answers fails with that said, never as "no counters".
 author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
@@ -105,6 +107,7 @@ summary:
 """
 
 import json
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -113,6 +116,9 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._metrics impor
     spec_decode_counters,
     spec_decode_delta,
 )
+
+# A scrape that fails (an HTTP error, a time-out) is read again, 1 s apart, before the check fails.
+METRICS_TRIES = 3
 
 
 def main() -> None:
@@ -136,6 +142,20 @@ def main() -> None:
     def get(path: str, **kwargs) -> tuple[int | None, str]:
         return http_request(base + path, api_key=p["api_key"], timeout=p["timeout"], **kwargs)
 
+    def scrape() -> str:
+        """/metrics, read again while it fails (a missed scrape is no reading, not "no counters")."""
+        status, text = None, ""
+        for attempt in range(METRICS_TRIES):
+            status, text = get("/metrics")
+            if status == 200:
+                return text
+            if attempt + 1 < METRICS_TRIES:
+                time.sleep(1)
+        module.fail_json(msg=f"GET {base}/metrics failed {METRICS_TRIES} times (last: "
+                             f"{f'HTTP {status}' if status else text[:200]}): whether speculative decoding "
+                             "happens could not be read", **result)
+        return ""
+
     status, text = get("/v1/models")
     if status != 200:
         hint = " (wrong or missing API key)" if status == 401 else ""
@@ -148,8 +168,7 @@ def main() -> None:
         module.fail_json(msg=f"/v1/models lists {result['models']}, not the served name "
                              f"{p['model']!r}: check vllm_server_served_model_name", **result)
 
-    status, before_text = get("/metrics")
-    before = spec_decode_counters(before_text if status == 200 else "")
+    before = spec_decode_counters(scrape())
     status, text = get("/v1/completions", method="POST", body={
         "model": p["model"], "prompt": p["prompt"], "max_tokens": p["max_tokens"],
         "temperature": 0})
@@ -161,8 +180,7 @@ def main() -> None:
                                 "completion_tokens": reply.get("usage", {}).get("completion_tokens")}
     except (ValueError, KeyError, IndexError, TypeError):
         module.fail_json(msg=f"the test completion returned no choices: {text[:300]}", **result)
-    status, after_text = get("/metrics")
-    after = spec_decode_counters(after_text if status == 200 else "")
+    after = spec_decode_counters(scrape())
     delta = spec_decode_delta(before, after)
     delta["counters_exported"] = after["present"]
     result["spec_decode"] = delta

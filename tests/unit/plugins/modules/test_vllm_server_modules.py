@@ -132,6 +132,42 @@ def test_server_check_reports_acceptance(double: t.Callable[..., Double], monkey
     assert "acceptance rate 57.4%" in result["summary"]
 
 
+def failing_scrapes(monkeypatch: pytest.MonkeyPatch, fail: t.Callable[[int], bool]) -> list[str]:
+    """The double's /metrics, with the reads `fail(n)` picks answered 500 (n counts from 1)."""
+    real, calls = vllm_server_check.http_request, []
+
+    def read(url: str, **kwargs: t.Any) -> tuple[int | None, str]:
+        if url.endswith("/metrics"):
+            calls.append(url)
+            if fail(len(calls)):
+                return 500, "Internal Server Error"
+        return real(url, **kwargs)
+
+    monkeypatch.setattr(vllm_server_check, "http_request", read)
+    monkeypatch.setattr(vllm_server_check.time, "sleep", lambda _s: None)
+    return calls
+
+
+def test_server_check_reads_a_failed_scrape_again(double: t.Callable[..., Double],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missed scrape is no reading, not "no counters": every other read failing still passes."""
+    base = double("--double-load-seconds", "0").wait_for_port()
+    calls = failing_scrapes(monkeypatch, lambda n: n % 2 == 1)
+    result = run_module_main(vllm_server_check, {"base_url": base, "model": "kimi-k2.5", "max_tokens": 48},
+                             monkeypatch)
+    assert result["failed"] is False, result
+    assert result["spec_decode"]["drafts"] == 18 and len(calls) == 4
+
+
+def test_server_check_says_when_metrics_could_not_be_read(double: t.Callable[..., Double],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    base = double("--double-load-seconds", "0").wait_for_port()
+    calls = failing_scrapes(monkeypatch, lambda n: True)
+    result = run_module_main(vllm_server_check, {"base_url": base, "model": "kimi-k2.5"}, monkeypatch)
+    assert result["failed"] and len(calls) == 3
+    assert "/metrics failed 3 times (last: HTTP 500): whether speculative decoding happens could not be read" in result["msg"]
+
+
 def test_server_check_fails_on_flat_counters(double: t.Callable[..., Double],
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     base = double("--double-load-seconds", "0", "--double-mode", "flat-counters").wait_for_port()
