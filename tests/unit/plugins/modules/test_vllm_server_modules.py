@@ -149,7 +149,7 @@ def failing_scrapes(monkeypatch: pytest.MonkeyPatch, fail: t.Callable[[int], boo
 
 
 def test_server_check_reads_a_failed_scrape_again(double: t.Callable[..., Double],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A missed scrape is no reading, not "no counters": every other read failing still passes."""
     base = double("--double-load-seconds", "0").wait_for_port()
     calls = failing_scrapes(monkeypatch, lambda n: n % 2 == 1)
@@ -160,7 +160,7 @@ def test_server_check_reads_a_failed_scrape_again(double: t.Callable[..., Double
 
 
 def test_server_check_says_when_metrics_could_not_be_read(double: t.Callable[..., Double],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     base = double("--double-load-seconds", "0").wait_for_port()
     calls = failing_scrapes(monkeypatch, lambda n: True)
     result = run_module_main(vllm_server_check, {"base_url": base, "model": "kimi-k2.5"}, monkeypatch)
