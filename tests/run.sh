@@ -105,7 +105,11 @@ step_molecule() {
     [ "$scenario" = "$lane_scenario" ] && { echo "molecule:$scenario runs beside the other steps (see its lane below)"; continue; }
     banner "molecule test -s $scenario"
     start=$SECONDS
-    if molecule test -s "$scenario"; then record "molecule:$scenario" 0; else record "molecule:$scenario" 1; rc=1; fi
+    if molecule test -s "$scenario" 2>&1 | tee "$out/molecule-$scenario.log"; then
+      record "molecule:$scenario" 0
+    else
+      record "molecule:$scenario" 1; rc=1
+    fi
     timings+=("  molecule:$scenario $((SECONDS - start)) s")
   done
   return $rc
@@ -225,7 +229,8 @@ start_lane() {
     echo "lane: images $((SECONDS - start)) s"
     start=$SECONDS
     banner "molecule test -s $lane_scenario (second lane)"
-    molecule test -s "$lane_scenario"; echo $? >"$out/lane-molecule.rc"
+    molecule test -s "$lane_scenario" 2>&1 | tee "$out/molecule-$lane_scenario.log"
+    echo "${PIPESTATUS[0]}" >"$out/lane-molecule.rc"
     echo "lane: molecule:$lane_scenario $((SECONDS - start)) s"
     for lane_step in "${lane_steps[@]}"; do
       start=$SECONDS
@@ -275,5 +280,12 @@ finish_lane
 banner "summary"
 printf 'time: %s\n' "${timings[@]}" "total $SECONDS s"
 [ "${#failures[@]}" -gt 0 ] && echo "failed: ${failures[*]}"
+# What failed, by name: CI shows only the tail of this output.
+for failure in "${failures[@]}"; do
+  case "$failure" in
+    molecule:*) echo "$failure:"; python3 tests/support/failure_digest.py ansible "$out/molecule-${failure#molecule:}.log" ;;
+    *) [ -f "$out/$failure.xml" ] && { echo "$failure:"; python3 tests/support/failure_digest.py junit "$out/$failure.xml"; } ;;
+  esac
+done
 echo "gpuserve: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
