@@ -22,7 +22,9 @@ description:
     env's real directory there), resolved to a real path. So a run killed between an env switch
     and the restart is seen for what it is - the link names the new env, the process the old one.
   - The start time is systemd's C(ExecMainStartTimestampMonotonic) in epoch seconds - a file
-    written after it (the unit, the env file, the restart request) means a restart is still due.
+    written after it (the unit, the env file, the NCCL configuration, an install or a patch in the
+    env that runs, a switched weights link, the restart request) means a restart is still due. So a
+    restart is observed, not remembered - no handler a later failure drops is needed for it.
 author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
@@ -61,6 +63,17 @@ options:
         after the server started is a restart reason (the fleet would run mixed NCCL settings).
     type: path
     default: /etc/nccl.conf
+  model_path:
+    description:
+      - The model path the server loads (a link gpuserve.vllm.vllm_weights switches, or a directory).
+        Its own time (not its target's) after the server started is a restart reason - the server
+        still runs the revision it loaded. Empty for none.
+    type: path
+    default: ""
+  drafter_path:
+    description: The same for the speculative drafter's path; empty for none.
+    type: path
+    default: ""
   journal:
     description: The serve plan's journal (JSON) a run writes before it changes anything.
     type: path
@@ -146,7 +159,11 @@ envs:
   returned: always
   type: dict
 files:
-  description: mtimes (epoch seconds or null) of C(unit), C(env_file), C(restart_marker), C(nccl_conf).
+  description:
+    - mtimes (epoch seconds or null) of C(unit), C(env_file), C(restart_marker), C(nccl_conf), C(model) and
+      C(drafter) (the paths themselves, a link's own time).
+    - C(env_code) - when the vLLM code of the env the process runs last changed (its packages' C(*.dist-info)
+      directories and the files under C(vllm/), bytecode left out); null when nothing runs.
   returned: always
   type: dict
 journal:
@@ -232,6 +249,8 @@ def main() -> None:
             "target": {"type": "path", "default": ""},
             "restart_marker": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.restart-pending"},
             "nccl_conf": {"type": "path", "default": "/etc/nccl.conf"},
+            "model_path": {"type": "path", "default": ""},
+            "drafter_path": {"type": "path", "default": ""},
             "journal": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.plan.json"},
             "hold": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.rollback.json"},
             "reboot_marker": {"type": "path", "default": ""},
@@ -276,7 +295,10 @@ def main() -> None:
         changed=False, unit=unit, process=process, link=link, previous=previous, target=target,
         envs=ns.envs_view(named),
         files={"unit": ns.mtime(p["unit_path"]), "env_file": ns.mtime(p["env_file"]),
-               "restart_marker": ns.mtime(p["restart_marker"]), "nccl_conf": ns.mtime(p["nccl_conf"])},
+               "restart_marker": ns.mtime(p["restart_marker"]), "nccl_conf": ns.mtime(p["nccl_conf"]),
+               "model": ns.link_mtime(p["model_path"]) if p["model_path"] else None,
+               "drafter": ns.link_mtime(p["drafter_path"]) if p["drafter_path"] else None,
+               "env_code": ns.code_mtime(process["env"]) if process["env"] else None},
         journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
         health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
     )

@@ -37,6 +37,13 @@ import typing as t
 STEPS = ("remove", "drain", "stop", "canary", "switch", "reboot", "restart", "health", "add")
 STOP_SERVER_MODES = ("auto", "true", "false")
 JOURNAL_VERSION = 1
+# What a running server loaded at its start: any of these changed after it started (vllm_node_state's
+# `files`) is a restart reason, observed on the node rather than remembered by a handler.
+FILES_A_SERVER_FOLLOWS = (
+    ("unit", "the systemd unit"), ("env_file", "the env file"), ("nccl_conf", "the NCCL configuration"),
+    ("env_code", "vLLM's code in the env it runs (an install or a patch)"),
+    ("model", "the model path (another revision)"), ("drafter", "the drafter path (another revision)"),
+    ("restart_marker", "the restart request"))
 # What a canary beside a live server leaves free for that server's own allocations.
 CANARY_RESERVE_MIB = 1024
 
@@ -142,7 +149,7 @@ class Node:
         return bool(env) and bool(self.envs.get(env, {}).get("built"))
 
     def written_after_start(self, name: str) -> bool:
-        """Whether file `name` (unit, env_file, restart_marker, nccl_conf) changed after the process started."""
+        """Whether `name` (one of FILES_A_SERVER_FOLLOWS) changed after the process started."""
         mtime = self.files.get(name)
         if mtime is None or self.process_started is None:
             return False
@@ -312,10 +319,9 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
             if _bool(rendered.get(key)):
                 restart_reasons.append(text)
         if node.alive:
-            for name, text in (("unit", "the systemd unit"), ("env_file", "the env file"),
-                               ("nccl_conf", "the NCCL configuration"), ("restart_marker", "the restart request")):
+            for name, text in FILES_A_SERVER_FOLLOWS:
                 if node.written_after_start(name):
-                    restart_reasons.append(f"{text} was written after the server started")
+                    restart_reasons.append(f"{text} changed after the server started")
         elif node.files.get("restart_marker") is not None:
             restart_reasons.append("a restart was requested")
         since = _float(req.get("restart_since"))

@@ -96,6 +96,44 @@ def mtime(path: str) -> float | None:
         return None
 
 
+def link_mtime(path: str) -> float | None:
+    """When a path last changed as a path: a link's own time (when it was switched), else the
+    directory's or file's. The weights' paths are switched, not rewritten."""
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return None
+
+
+def code_mtime(env: str) -> float | None:
+    """When the vLLM code an env holds last changed: the newest of its packages' `*.dist-info`
+    directories (created by every install, upgrade or reinstall of a package, whatever uv's link
+    mode keeps of the files' own times) and of the files under `vllm/` (a patch writes them anew).
+    Bytecode is left out: root importing vLLM (a preflight, an import check) writes `__pycache__`
+    without changing what a server would load. None when the env has no site-packages."""
+    newest: float | None = None
+    lib = os.path.join(env, "lib")
+    try:
+        pythons = [name for name in os.listdir(lib) if name.startswith("python")]
+    except OSError:
+        return None
+    for python in pythons:
+        site = os.path.join(lib, python, "site-packages")
+        try:
+            entries = os.listdir(site)
+        except OSError:
+            continue
+        for name in entries:
+            if name.endswith(".dist-info"):
+                newest = max(newest or 0.0, link_mtime(os.path.join(site, name)) or 0.0)
+        for root, dirs, files in os.walk(os.path.join(site, "vllm")):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                if not name.endswith(".pyc"):
+                    newest = max(newest or 0.0, link_mtime(os.path.join(root, name)) or 0.0)
+    return newest
+
+
 def read_record(path: str) -> dict[str, t.Any] | None:
     """A JSON record the serve play wrote atomically (journal, hold); None when absent."""
     if not path or not os.path.exists(path):

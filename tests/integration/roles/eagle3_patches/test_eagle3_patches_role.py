@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._nodestate import code_mtime
+
 from tests.support.vllm_wheels import vllm_wheel
 
 from tests.support import eagle3_checks as ec
@@ -27,7 +29,6 @@ from tests.support import eagle3_checks as ec
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
                                 reason="needs ansible-playbook (source tests/env.sh)")
 
-TOPIC = "gpuserve.vllm restart vllm"
 SUPPORTED_WORDS = ("0.16.x/0.17.x", ">= 0.18")
 
 
@@ -87,17 +88,19 @@ class Run(t.NamedTuple):
     stdout: str
     report: t.Dict[str, t.Any] | None
     failure: str | None
-    restart_notified: bool
+    # What vllm_node_state would see: the env's code changed, so a server that started before
+    # this run owes a restart (observed by the serve plan, no handler).
+    code_changed: bool
 
 
 def run_role(workdir: Path, venv: Venv, *, check: bool = False, diff: bool = False,
              **role_vars: t.Any) -> Run:
     """One ansible-playbook run of the role on localhost; the play never aborts so the report,
-    the failure message and the handler notification can all be read back."""
+    the failure message and the env's code time can all be read back."""
     workdir.mkdir(parents=True, exist_ok=True)
     number = len(list(workdir.glob("play-*.json")))
-    report, failure, marker = (workdir / ("%s-%d.json" % (n, number))
-                               for n in ("report", "failure", "restart"))
+    report, failure = (workdir / ("%s-%d.json" % (n, number)) for n in ("report", "failure"))
+    code_before = code_mtime(str(venv.root))
     include = {"ansible.builtin.include_role": {"name": "gpuserve.vllm.eagle3_patches"}}
     keep_failure = {"ansible.builtin.copy": {"content": "{{ ansible_failed_result.msg }}",
                                              "dest": str(failure)},
@@ -105,13 +108,8 @@ def run_role(workdir: Path, venv: Venv, *, check: bool = False, diff: bool = Fal
     keep_report = {"ansible.builtin.copy": {
         "content": "{{ eagle3_patches_report | default(None) | to_json }}", "dest": str(report)},
         "check_mode": False, "diff": False}
-    # Test double of vllm_server's restart handler: leaves a marker file when notified.
-    restart_double = {"name": "restart vllm (test double)", "listen": TOPIC,
-                      "ansible.builtin.copy": {"content": "notified", "dest": str(marker)},
-                      "check_mode": False, "diff": False}
     play = [{"hosts": "localhost", "gather_facts": False,
-             "tasks": [{"block": [include], "rescue": [keep_failure], "always": [keep_report]}],
-             "handlers": [restart_double]}]
+             "tasks": [{"block": [include], "rescue": [keep_failure], "always": [keep_report]}]}]
     playbook = workdir / ("play-%d.json" % number)
     playbook.write_text(json.dumps(play, indent=1))
     extra = {"eagle3_patches_python": str(venv.python),
@@ -134,7 +132,7 @@ def run_role(workdir: Path, venv: Venv, *, check: bool = False, diff: bool = Fal
                                                                  proc.stderr[-3000:]))
     return Run(proc.returncode, proc.stdout,
                json.loads(report.read_text()) if report.exists() else None,
-               failure.read_text() if failure.exists() else None, marker.exists())
+               failure.read_text() if failure.exists() else None, code_mtime(str(venv.root)) != code_before)
 
 
 def statuses(report: t.Mapping[str, t.Any]) -> t.Dict[str, str]:
@@ -175,7 +173,7 @@ def test_patch_cycle(venvs: t.Callable[[str], Venv], tmp_path: Path, version: st
     assert first.report["vllm_version"] == version
     assert first.report["action"] == "patch" and first.report["changed"] is True
     assert_applied(first.report, OTHER_LIST[version])
-    assert first.restart_notified
+    assert first.code_changed
     assert "PATCH: 13 edits applied" in first.stdout
     patched = venv.sources()
     ec.assert_patched(patched)
@@ -183,16 +181,16 @@ def test_patch_cycle(venvs: t.Callable[[str], Venv], tmp_path: Path, version: st
     second = run_role(tmp_path, venv)
     assert second.report["action"] == "patch" and second.report["changed"] is False
     assert set(statuses(second.report).values()) == {"already", "skipped"}
-    assert not second.restart_notified
+    assert not second.code_changed
     assert venv.sources() == patched
     assert {f["state"] for f in second.report["files"].values()} == {"patched"}
 
     removed = run_role(tmp_path, venv, eagle3_patches_state="absent")
     assert removed.report["action"] == "restore" and removed.report["changed"] is True
-    assert removed.restart_notified
+    assert removed.code_changed
     assert_wheel_bytes(venv)
     again = run_role(tmp_path, venv, eagle3_patches_state="absent")
-    assert again.report["changed"] is False and not again.restart_notified
+    assert again.report["changed"] is False and not again.code_changed
     assert_wheel_bytes(venv)
 
 
@@ -214,7 +212,7 @@ def test_native_releases_are_not_touched(venvs: t.Callable[[str], Venv], tmp_pat
         run = run_role(tmp_path, venv)
         assert run.failure is None, run.failure
         assert run.report["action"] == "native", run.report
-        assert run.report["changed"] is False and not run.restart_notified
+        assert run.report["changed"] is False and not run.code_changed
         assert set(run.report["markers"].values()) == {True}
         assert set(statuses(run.report).values()) == {"native"}
         assert "NATIVE" in run.stdout
@@ -240,7 +238,7 @@ def test_refused_releases(venvs: t.Callable[[str], Venv], tmp_path: Path, versio
     for word in [version, *SUPPORTED_WORDS, *words]:
         assert word in run.failure, run.failure
     assert run.report["action"] == "refuse" and run.report["vllm_version"] == version
-    assert not run.restart_notified
+    assert not run.code_changed
     for rel in ec.PATCHED_FILES:
         if rel != ec.KIMI or version != "0.14.1":
             assert venv.read(rel) == ec.wheel_source(version, rel)
@@ -302,7 +300,7 @@ def test_failed_import_check_puts_every_file_back(venvs: t.Callable[[str], Venv]
     venv = venvs("0.17.0")
     run = run_role(tmp_path, venv, eagle3_patches_import_check=True)
     assert run.failure is not None and "import" in run.failure.lower()
-    assert not run.restart_notified
+    assert not run.code_changed
     assert_wheel_bytes(venv)
 
 
@@ -329,7 +327,7 @@ def test_upgrade_path(tmp_path: Path) -> None:
     assert second.report["vllm_version"] == "0.17.0"
     assert second.report["action"] == "patch" and second.report["changed"] is True
     assert_applied(second.report, "allowlist-eagle3-target-supported")
-    assert second.restart_notified
+    assert second.code_changed
     ec.assert_patched(venv.sources())
 
     pip_install(venv.python, "0.18.0")
@@ -337,5 +335,5 @@ def test_upgrade_path(tmp_path: Path) -> None:
     third = run_role(work, venv)
     assert third.report["vllm_version"] == "0.18.0"
     assert third.report["action"] == "native" and third.report["changed"] is False
-    assert not third.restart_notified
+    assert not third.code_changed
     assert_wheel_bytes(venv)

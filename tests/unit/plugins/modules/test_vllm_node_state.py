@@ -7,6 +7,7 @@ server", and a host with systemd whose systemctl fails must still fail loudly.
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -104,3 +105,49 @@ def test_the_nccl_configuration_time_is_read_like_the_unit(tmp_path, monkeypatch
     present = run_module_main(vllm_node_state, args, monkeypatch)
     assert absent["files"]["nccl_conf"] is None
     assert present["files"]["nccl_conf"] == conf.stat().st_mtime
+
+
+def _site(env: Path) -> Path:
+    site = env / "lib" / "python3.11" / "site-packages"
+    for path in ("vllm/model_executor/models/deepseek_v2.py", "vllm/__init__.py",
+                 "vllm/model_executor/models/__pycache__/deepseek_v2.cpython-311.pyc"):
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text("")
+    (site / "vllm-0.17.0.dist-info").mkdir()
+    (site / "torch-2.9.0.dist-info").mkdir()
+    for path in site.rglob("*"):
+        os.utime(path, (1000.0, 1000.0))
+    os.utime(site, (1000.0, 1000.0))
+    return site
+
+
+def test_env_code_time_follows_patches_and_installs_not_bytecode(tmp_path):
+    """What a running server loaded from its env: a patched file or a package's new dist-info
+    counts; root writing bytecode (an import check, a preflight) does not."""
+    site = _site(tmp_path / "env")
+    assert vllm_node_state.ns.code_mtime(str(tmp_path / "env")) == 1000.0
+    pyc = site / "vllm/model_executor/models/__pycache__/deepseek_v2.cpython-311.pyc"
+    os.utime(pyc, (5000.0, 5000.0))
+    os.utime(pyc.parent, (5000.0, 5000.0))
+    assert vllm_node_state.ns.code_mtime(str(tmp_path / "env")) == 1000.0
+    os.utime(site / "vllm/model_executor/models/deepseek_v2.py", (2000.0, 2000.0))  # a patch
+    assert vllm_node_state.ns.code_mtime(str(tmp_path / "env")) == 2000.0
+    os.utime(site / "torch-2.9.0.dist-info", (3000.0, 3000.0))  # a reinstall, files hard-linked from a cache
+    assert vllm_node_state.ns.code_mtime(str(tmp_path / "env")) == 3000.0
+    assert vllm_node_state.ns.code_mtime(str(tmp_path / "no-env")) is None
+
+
+def test_weights_paths_are_timed_by_the_link_not_its_target(tmp_path, monkeypatch):
+    """vllm_weights switches a link to a revision staged (and timed) long before: the switch is the change."""
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path / "no-such-dir"))
+    revision = tmp_path / "store" / "kimi" / "abc123"
+    revision.mkdir(parents=True)
+    os.utime(revision, (1000.0, 1000.0))
+    link = tmp_path / "kimi"
+    link.symlink_to(revision)
+    os.utime(link, (4000.0, 4000.0), follow_symlinks=False)
+    args = dict(_args(tmp_path), model_path=str(link), drafter_path=str(tmp_path / "no-drafter"))
+    result = run_module_main(vllm_node_state, args, monkeypatch)
+    assert result["files"]["model"] == 4000.0
+    assert result["files"]["drafter"] is None
+    assert result["files"]["env_code"] is None  # nothing runs
