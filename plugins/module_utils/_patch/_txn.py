@@ -146,6 +146,9 @@ class Transaction:
                 "path": change.real, "before": _b64(change.before),
                 "sha256_before": pf.sha256_bytes(change.before),
                 "sha256_after": pf.sha256_bytes(change.after),
+                # Put back with its time too: a file whose bytes and time are as before was not
+                # changed for whoever reads times (vllm_node_state: a server's restart reasons).
+                "mtime_ns_before": change.like.st_mtime_ns if change.like else None,
                 "tmp": change.tmp, "backup": change.backup,
                 "record_json": _b64(_read_or_none(json_path)),
                 "record_orig": _b64(_read_or_none(orig_path)),
@@ -226,6 +229,8 @@ def rollback_journal(state_dir: str, journal: str) -> t.Tuple[t.Dict[str, t.Any]
                 like = os.stat(real)
                 with pf.phase("restore", real):
                     pf.atomic_write(real, t.cast(bytes, _unb64(entry["before"])), like=like)
+                    if entry.get("mtime_ns_before") is not None:
+                        os.utime(real, ns=(like.st_atime_ns, int(entry["mtime_ns_before"])))
                     pf.remove_stale_bytecode(real)
             elif current_sha != entry["sha256_before"]:
                 problems.append("%s: holds neither the bytes from before (sha256 %s) nor those "

@@ -19,6 +19,7 @@ def _txn(tmp_path: Path, names: list[str]) -> tuple[px.Transaction, list[Path]]:
     for name in names:
         path = tmp_path / name
         path.write_bytes(b"old " + name.encode())
+        os.utime(path, ns=(1_000_000_000_000, 1_000_000_000_000))
         paths.append(path)
         changes.append(px.Change(str(path), path.read_bytes(), b"new " + name.encode(),
                                  os.stat(path), ("save", path.read_bytes(), [], False)))
@@ -48,6 +49,8 @@ def test_rollback_is_idempotent_whatever_was_replaced(tmp_path: Path, replaced: 
     data, problems = px.rollback_journal(state, txn.journal)
     assert problems == [] and len(data["files"]) == 2
     assert [p.read_bytes() for p in paths] == [b"old a.py", b"old b.py"]
+    # and their times: a server that loaded them owes no restart (vllm_node_state reads times)
+    assert [p.stat().st_mtime_ns for p in paths] == [1_000_000_000_000] * 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "b.py", "state"]
     assert px.journals(state) == [] and pf.load_record(state, str(paths[0])) is None
 
