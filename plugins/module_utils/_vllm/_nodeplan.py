@@ -443,8 +443,19 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "alive": node.alive, "state": node.state_text(), "journal": record, "resumed": bool(journal),
         "record_hold": action == "rollback", "clear_hold": bool(node.hold) and switch and kind != "rollback",
     }
+    result["protect"] = _protected(node)
     result["line"] = line(result)
     return result
+
+
+def _protected(node: Node) -> list[str]:
+    """Envs the prune after a switch keeps whatever its `keep` says (it keeps the link's and
+    `.previous`'s itself): the env the process runs, every env a killed run's journal names (its
+    `previous` is where a failed start puts `.previous` back) and a rollback hold's."""
+    named = [node.process_env]
+    for record, keys in ((node.journal, ("from", "to", "previous", "rollback_to")), (node.hold, ("from", "to"))):
+        named += [str((record or {}).get(key) or "") for key in keys]
+    return sorted({env for env in named if env})
 
 
 # Steps that take a live server out of service; held when a read they depend on is unknown.

@@ -366,3 +366,37 @@ def test_a_node_whose_health_did_not_answer_is_not_idle():
     """site.yml's idle play starts at once what serves nothing: a time-out is not "nothing"."""
     assert plan(node(target=A, health_known=False), [])["serving"] is True
     assert plan(node(target=A, healthy=False), [])["serving"] is False  # refused: loading, known
+
+
+OLD = "/opt/ml-env.d/vllm-0.16.0-oooo"
+
+
+@pytest.mark.parametrize("observed, protected", [
+    ("converged", [A]),
+    ("killed after the switch: the journal's previous is where a failed start goes back to", [OLD, A, B]),
+    ("rolled back by hand: the hold names both", [A, B]),
+    ("nothing runs, no record", []),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_the_prune_after_a_switch_keeps_every_env_a_record_names(observed, protected):
+    states = {
+        "converged": node(target=A),
+        "killed after the switch: the journal's previous is where a failed start goes back to":
+            node(running=A, link=B, previous=A, target=B, built=(A, B, OLD),
+                 journal={"action": "upgrade", "from": A, "to": B, "canary_ok": True, "previous": OLD}),
+        "rolled back by hand: the hold names both":
+            node(link=A, running=A, previous=B, target=B, hold={"from": B, "to": A, "at": "2026-12-01T10:00:00Z"}),
+        "nothing runs, no record": node(running=None, target=A),
+    }
+    result = plan(states[observed], UNLISTED)
+    assert result["protect"] == sorted(protected)
+
+
+def test_with_keep_1_the_resumed_upgrade_still_keeps_the_journals_previous():
+    """The real prune plan (_env._store.plan_prune) fed what site.yml feeds it after the switch."""
+    from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _store as es
+
+    journal = {"action": "upgrade", "from": A, "to": B, "canary_ok": True, "previous": OLD}
+    result = plan(node(running=A, link=B, previous=A, target=B, built=(A, B, OLD), journal=journal), UNLISTED)
+    envs = [es.StoredEnv(name=p.rsplit("/", 1)[1], path=p, created=n) for n, p in enumerate((OLD, A, B))]
+    remove, _kept = es.plan_prune(envs, 1, [B, A] + result["protect"])  # the link, .previous, the plan
+    assert remove == []
