@@ -53,6 +53,12 @@ options:
     description: The env this run's pins describe (the prepare play's build dir); empty for none.
     type: path
     default: ""
+  canary_service:
+    description:
+      - The transient unit the serve play's canary runs in; empty for none. One still running when
+        this run starts was left by a killed run - it holds GPU memory a start needs.
+    type: str
+    default: ""
   restart_marker:
     description: The restart request file an earlier play leaves.
     type: path
@@ -138,6 +144,10 @@ unit:
     - C(systemd) is false on a host systemd does not run (no C(/run/systemd/system)); the unit is then C(not-found) and nothing runs.
   returned: always
   type: dict
+canary:
+  description: The canary unit's C(load_state), C(active_state), C(sub_state), C(main_pid) (all empty or 0 without O(canary_service) or systemd).
+  returned: always
+  type: dict
 process:
   description: C(pid), C(argv0), C(env) (real path of the env the running process uses, empty when none or unknown), C(note), C(started).
   returned: always
@@ -212,7 +222,7 @@ SYSTEMD_RUNTIME = "/run/systemd/system"
 
 
 def _unit(module: AnsibleModule, service: str) -> dict:
-    if not os.path.isdir(SYSTEMD_RUNTIME):  # no systemd (a build container): no unit can run
+    if not service or not os.path.isdir(SYSTEMD_RUNTIME):  # no systemd (a build container): no unit can run
         return dict(ns.unit_view({"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead"}, 0, 0),
                     systemd=False)
     argv = ["systemctl", "show", service] + [f"--property={p}" for p in ns.UNIT_FIELDS]
@@ -247,6 +257,7 @@ def main() -> None:
             "env_file": {"type": "path", "default": "/etc/vllm/vllm.env"},
             "link": {"type": "path", "default": ""},
             "target": {"type": "path", "default": ""},
+            "canary_service": {"type": "str", "default": ""},
             "restart_marker": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.restart-pending"},
             "nccl_conf": {"type": "path", "default": "/etc/nccl.conf"},
             "model_path": {"type": "path", "default": ""},
@@ -266,6 +277,7 @@ def main() -> None:
     p = module.params
     link_path = os.path.abspath(p["link"]).rstrip("/") if p["link"] else ""
     unit = _unit(module, p["service"])
+    canary = _unit(module, p["canary_service"])
     link = ns.link_view(link_path) if link_path else {"path": "", "kind": "absent", "env": ""}
     previous = ns.link_view(link_path + ".previous") if link_path else {"path": "", "kind": "absent", "env": ""}
     target_path = p["target"] or ""
@@ -292,7 +304,8 @@ def main() -> None:
     health = _read(p["health_url"], p["timeout"], p["tries"], ns.health_view)
     metrics = _read(p["metrics_url"], p["timeout"], p["tries"], ns.metrics_view)
     module.exit_json(
-        changed=False, unit=unit, process=process, link=link, previous=previous, target=target,
+        changed=False, unit=unit, canary={k: canary[k] for k in ("load_state", "active_state", "sub_state", "main_pid")},
+        process=process, link=link, previous=previous, target=target,
         envs=ns.envs_view(named),
         files={"unit": ns.mtime(p["unit_path"]), "env_file": ns.mtime(p["env_file"]),
                "restart_marker": ns.mtime(p["restart_marker"]), "nccl_conf": ns.mtime(p["nccl_conf"]),

@@ -115,6 +115,11 @@ class Node:
         self.metrics_reachable = _bool(metrics.get("reachable"))
         self.metrics_known = _bool(metrics.get("known", True))
         self.gpus = [dict(g) for g in (raw.get("gpus") or [])]
+        canary = dict(raw.get("canary") or {})
+        # A canary still running when a run starts was left by a killed one (every run stops its
+        # own): it holds GPU memory the server's start needs.
+        self.canary_left = str(canary.get("active_state") or "") in ("active", "activating", "reloading")
+        self.canary_pid = _int(canary.get("main_pid"))
 
     def _record(self, key: str) -> dict[str, t.Any] | None:
         record = self.raw.get(key)
@@ -291,6 +296,9 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
 
     managed = bool(node.link_path)  # vllm_server_env_link "" = the role does not manage envs
     desired, kind, reasons = _desired(node, req) if managed else ("", "", [])
+    if node.canary_left:
+        reasons = reasons + [f"a killed run's canary still runs (pid {node.canary_pid}): stopped first, "
+                             "it holds GPU memory a start needs"]
     if managed and not desired and start:
         raise PlanError(f"nothing to serve: {node.link_path or 'the env link'} names no env "
                         f"({node.link_kind}) and no target env was handed over "
@@ -428,7 +436,7 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
                   "steps": steps, "created": _float(state.get("now")) or 0.0,
                   "why": reasons + restart_reasons}
     # Nothing for the role to do at all: no step, nothing to render, no request to clear.
-    converged = (not held and not steps and not _bool(rendered.get("unit_changed")) and not _bool(rendered.get("env_changed"))
+    converged = (not held and not steps and not node.canary_left and not _bool(rendered.get("unit_changed")) and not _bool(rendered.get("env_changed"))
                  and not (not start and node.files.get("restart_marker") is not None) and not journal)
     result = {
         "action": action, "from": served_before, "to": desired, "steps": steps, "changes": changes,
@@ -441,6 +449,7 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "held": held,
         "routed": routed, "routers_note": routers.note(), "serving": node.healthy or node.health_unknown,
         "alive": node.alive, "state": node.state_text(), "journal": record, "resumed": bool(journal),
+        "stop_canary": node.canary_left,
         "record_hold": action == "rollback", "clear_hold": bool(node.hold) and switch and kind != "rollback",
     }
     result["protect"] = _protected(node)

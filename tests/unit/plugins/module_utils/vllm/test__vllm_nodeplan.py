@@ -400,3 +400,22 @@ def test_with_keep_1_the_resumed_upgrade_still_keeps_the_journals_previous():
     envs = [es.StoredEnv(name=p.rsplit("/", 1)[1], path=p, created=n) for n, p in enumerate((OLD, A, B))]
     remove, _kept = es.plan_prune(envs, 1, [B, A] + result["protect"])  # the link, .previous, the plan
     assert remove == []
+
+
+@pytest.mark.parametrize("canary_state, stop", [("active", True), ("activating", True), ("failed", False),
+                                                ("inactive", False), ("", False)])
+def test_a_canary_a_killed_run_left_is_stopped_first(canary_state, stop):
+    """On a converged node too: it holds GPU memory the next start needs (a failed transient
+    unit holds none: the canary's own task resets it)."""
+    observed = dict(node(target=A), canary={"active_state": canary_state, "main_pid": 777 if stop else 0})
+    result = plan(observed, LISTED)
+    assert result["stop_canary"] is stop
+    assert result["converged"] is not stop
+    assert result["steps"] == []
+    assert ("a killed run's canary still runs (pid 777)" in result["line"]) is stop
+
+
+def test_a_rollback_with_a_canary_left_stops_it_before_the_start():
+    observed = dict(node(link=B, running=B, previous=A, target=B), canary={"active_state": "active", "main_pid": 9})
+    result = plan(observed, LISTED, requests={"rollback": True})
+    assert result["stop_canary"] and result["steps"] == ["remove", "drain", "switch", "restart", "health", "add"]
