@@ -25,7 +25,9 @@ Every run is `site.yml --tags vllm_server --limit NODE` as an operator re-runs a
 the target env is handed in an inventory file, as the prepare play hands its build dir. The
 nodes' cycles overlap, so each node's runs take a run lock of their own (gpuserve_lock_path
 site-NODE.lock on the router host): a killed run leaves its lock, and every re-run must say it
-took it over. The
+took it over. A rollback names what it goes back from (vllm_server_rollback_from: the env the
+node serves; site.yml's default is the env the pins name), since the cycles roll back again and
+again between two envs. The
 summary (per cycle: the task killed before, the re-run's seconds, the state found) goes to
 --out as JSON and to stdout; the exit status is 1 when any cycle did not converge.
 """
@@ -160,8 +162,12 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
         current, other = other, current
 
     # Rollbacks: the node serves `current`, `.previous` names `other`; no hold.
+    def rollback(serving: str) -> list[str]:
+        scope = {"vllm_server_rollback_from": [os.path.basename(serving)]}
+        return ["--extra-vars", "vllm_server_rollback=true", "--extra-vars", json.dumps(scope)]
+
     podman(node, "rm -f /var/lib/gpuserve/vllm_server.rollback.json")
-    rc, _secs, trace = runner.run(None, ["--extra-vars", "vllm_server_rollback=true"])
+    rc, _secs, trace = runner.run(None, rollback(current))
     boundaries = sum(1 for line in trace if line.startswith("changed"))
     with lock:
         results.append({"node": node, "plan": "rollback", "boundary": 0, "reference_rc": rc,
@@ -169,9 +175,9 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
     current, other = other, current
     for k in chosen(boundaries, args.sample, index, count):
         podman(node, "rm -f /var/lib/gpuserve/vllm_server.rollback.json")
-        rc_kill, _s, trace = runner.run(None, ["--extra-vars", "vllm_server_rollback=true"], kill_at=k)
+        rc_kill, _s, trace = runner.run(None, rollback(current), kill_at=k)
         killed = next((line.split("\t", 1)[1] for line in trace if line.startswith("killed")), "")
-        again = ["--extra-vars", "vllm_server_rollback=true"] if k % 2 else []
+        again = rollback(current) if k % 2 else []
         rc, secs, _t = runner.run(None, again)
         state = node_state(node)
         record("rollback", k, killed, rc_kill, rc, secs, other, current, state,

@@ -253,6 +253,10 @@ def _desired(node: Node, req: t.Mapping[str, t.Any]) -> tuple[str, str, list[str
         if hold and link and hold.get("to") == link:
             return link, "", [f"already rolled back to {short(link)} (from {short(hold.get('from'))}, "
                               f"{hold.get('at', '?')}): a rollback is one-shot"]
+        scope = [str(name) for name in (req.get("rollback_from") or []) if name]
+        if scope and os.path.basename(link.rstrip("/")) not in scope:
+            return link, "", [f"not rolled back: this node serves {short(link)} and never took "
+                              f"{', '.join(scope)} (the release rolled back), so it stays"]
         if not previous:
             raise PlanError("vllm_server_rollback: there is no env to roll back to: "
                             f"{node.previous_path or '<link>.previous'} names none")
@@ -279,7 +283,8 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     healthy, error}] for this node); start (vllm_server_start); rendered ({unit_changed,
     env_changed}: the unit and env file rendered in check mode); requests ({restart,
     restart_since (a server started after this epoch already is the restart asked for),
-    rollback, rollforward, canary}); canary ({enabled, stop_server, batch_size, hosts_count,
+    rollback, rollback_from (env names: only a node serving one of them rolls back; empty: any),
+    rollforward, canary}); canary ({enabled, stop_server, batch_size, hosts_count,
     gpu_memory_gib}); check_mode; now (epoch seconds, recorded in the journal).
     """
     node = Node(state.get("observed") or {})

@@ -419,3 +419,32 @@ def test_a_rollback_with_a_canary_left_stops_it_before_the_start():
     observed = dict(node(link=B, running=B, previous=A, target=B), canary={"active_state": "active", "main_pid": 9})
     result = plan(observed, LISTED, requests={"rollback": True})
     assert result["stop_canary"] and result["steps"] == ["remove", "drain", "switch", "restart", "health", "add"]
+
+
+ROLLOUT = [B.rsplit("/", 1)[1]]  # what site.yml's rollout record names: the env names it switched to
+
+
+@pytest.mark.parametrize("observed, steps, serves", [
+    ("took the rollout (B): back to A", ["remove", "drain", "switch", "restart", "health", "add"], A),
+    ("never left A (the rollout stopped before it): stays, never one step past A", [], A),
+    ("killed between switch and restart (link B, A runs): the link back to A, A keeps serving", ["switch"], A),
+], ids=lambda v: v if isinstance(v, str) and " " in v and "/" not in v else None)
+def test_rollback_goes_back_only_from_the_rollout_it_names(observed, steps, serves):
+    states = {
+        "took the rollout (B): back to A": node(link=B, running=B, previous=A, target=B),
+        "never left A (the rollout stopped before it): stays, never one step past A":
+            node(link=A, running=A, previous=C, target=B),
+        "killed between switch and restart (link B, A runs): the link back to A, A keeps serving":
+            node(link=B, running=A, previous=A, target=B),
+    }
+    result = plan(states[observed], LISTED, requests={"rollback": True, "rollback_from": ROLLOUT})
+    assert result["steps"] == steps
+    assert result["to"] == serves
+    if not steps:
+        assert result["action"] == "none" and "never took vllm-0.18.0-bbbb" in result["line"]
+
+
+def test_without_a_scope_rollback_is_per_node_as_before():
+    """The role on its own (no fleet record): every node goes to its own .previous."""
+    result = plan(node(link=A, running=A, previous=C, target=B), LISTED, requests={"rollback": True})
+    assert result["to"] == C and result["action"] == "rollback"
