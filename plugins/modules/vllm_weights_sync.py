@@ -24,7 +24,11 @@ description:
     both atomically. vLLM never sees half a checkpoint."
   - A published copy that fails verification is first renamed back to C(.partial), so the link
     never names a copy known to be broken. A real directory at C(<root>/<name>) (an earlier
-    per-node download) is adopted - renamed to C(.partial), its good files kept.
+    per-node download) is adopted without ever leaving that path - its good files hard-linked into
+    a new C(.partial) (no byte copied, none of its files written), the rest fetched there, and once
+    the copy is verified and published the directory is swapped for the link in one step
+    (C(renameat2) C(RENAME_EXCHANGE); two renames where the kernel cannot), then removed. A staging
+    that fails leaves the directory vLLM reads as it was.
   - Sources - O(source=peer) another host's verified copy over SSH (the peer's
     C(authorized_keys) restricts the key to C(rrsync -ro <store_dir>)); O(source=mirror) a local
     directory; O(source=hub) the Hub's resolve URLs at the commit; O(source=url) an HTTP mirror

@@ -20,7 +20,9 @@ Stdlib only, no Ansible imports: runs on the managed node.
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -451,14 +453,18 @@ def stage(lay: Layout, manifest: Manifest, source: Source | None, owner: Owner, 
         return Outcome(True, actions, [], [], state.report, switched=not state.link_ok)
 
     if state.where == lay.link:
+        # The directory vLLM reads stays as it is until the verified copy replaces it at once: its
+        # good files are linked into a new .partial (no byte copied, none of its files written).
         parent = os.path.dirname(lay.final)
         owner.call(os.makedirs, parent, 0o755, True)
         if os.stat(lay.link).st_dev != os.stat(parent).st_dev:
             raise StageError(f"{lay.link} is a directory on another filesystem than {parent}; "
                              f"move it aside (or into {lay.partial} to reuse its files), then re-run")
-        os.rename(lay.link, lay.partial)  # <root> is root's; the directory becomes the owner's
+        good = [c.path for c in state.report.checks if c.status == "ok"] if state.report else []
+        _link_files(lay.link, lay.partial, good)  # root, into a directory it has just made
         owner.give_tree(lay.partial)
-        actions.append(f"adopted the directory {lay.link} as {lay.partial} (its good files are kept)")
+        actions.append(f"adopting the directory {lay.link}: {len(good)} good file(s) linked into "
+                       f"{lay.partial}, the directory left as it is until the copy is verified")
     else:
         owner.call(_open_partial, lay.final, lay.partial, state.where == lay.final)
         if state.where == lay.final:
@@ -487,10 +493,60 @@ def stage(lay: Layout, manifest: Manifest, source: Source | None, owner: Owner, 
                          f"{source.describe()}: {'; '.join(report.problems()[:10])}")
     owner.call(_publish, lay.partial, lay.final, manifest)
     actions.append(f"verified and published {lay.final}")
-    _switch_link(lay)
-    if not state.link_ok:
-        actions.append(f"link {lay.link} -> {lay.link_target}")
+    if state.where == lay.link:
+        _replace_dir_with_link(lay)
+        actions.append(f"{lay.link} (the adopted directory) replaced by the link -> {lay.link_target} at once")
+    else:
+        _switch_link(lay)
+        if not state.link_ok:
+            actions.append(f"link {lay.link} -> {lay.link_target}")
     return Outcome(True, actions, transfers, deleted, report, switched=not state.link_ok)
+
+
+def _link_files(src: str, dest: str, paths: list[str]) -> None:
+    """Hard links of src's files under a new dest (made here, so nothing in it is anyone else's)."""
+    os.mkdir(dest, 0o755)
+    for rel in paths:
+        target = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        os.link(os.path.join(src, rel), target, follow_symlinks=False)
+    fsync_dir(os.path.dirname(dest))
+
+
+RENAME_EXCHANGE = 2  # renameat2(2)
+AT_FDCWD = -100
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap two paths atomically (renameat2 RENAME_EXCHANGE); False where the kernel or the
+    filesystem cannot (then the caller does it in two renames)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), a)
+
+
+def _replace_dir_with_link(lay: Layout) -> None:
+    """The adopted directory at the link's path becomes the link to the published copy in one
+    step, so the path vLLM reads never goes missing; the old directory is removed after."""
+    tmp = lay.link + ".gpuserve-link"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(lay.link_target, tmp)
+    if not _exchange(tmp, lay.link):
+        aside = lay.link + ".gpuserve-adopted"
+        os.rename(lay.link, aside)  # a gap of two renames where the kernel cannot swap
+        os.rename(tmp, lay.link)
+        tmp = aside
+    fsync_dir(os.path.dirname(lay.link))
+    shutil.rmtree(tmp)  # the directory (its good files live on in the published copy)
 
 
 def _switch_link(lay: Layout) -> None:

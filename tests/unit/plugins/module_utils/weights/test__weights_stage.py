@@ -124,10 +124,44 @@ def test_a_bad_mirror_file_fails_after_the_attempts_and_keeps_the_partial(node: 
 def test_an_old_download_at_the_link_is_adopted(node: Node) -> None:
     shutil.copytree(node.mirror, node.lay.link)  # what a per-node `hf download --local-dir` left
     os.truncate(Path(node.lay.link) / SHARD2, 5000)
+    kept = os.stat(Path(node.lay.link) / "config.json").st_ino
     out = node.stage()
-    assert out.actions[0].startswith(f"adopted the directory {node.lay.link}")
+    assert out.actions[0].startswith(f"adopting the directory {node.lay.link}: 4 good file(s) linked")
     assert [t["paths"] for t in out.transfers] == [[SHARD2]] and os.path.islink(node.lay.link)
     assert node.same_as_mirror()
+    assert os.stat(Path(node.lay.final) / "config.json").st_ino == kept  # linked, not copied
+    assert sorted(os.listdir(os.path.dirname(node.lay.link))) == [".gpuserve-weights", "tiny"]  # no leftovers
+
+
+@needs_rsync
+def test_adoption_that_fails_leaves_the_directory_vllm_reads_as_it_was(node: Node) -> None:
+    """The path vLLM reads never goes missing: a staging that fails leaves it untouched."""
+    shutil.copytree(node.mirror, node.lay.link)
+    os.truncate(Path(node.lay.link) / SHARD2, 5000)
+    before = {p.name: p.read_bytes() for p in Path(node.lay.link).iterdir()}
+    data = bytearray((node.mirror / SHARD2).read_bytes())
+    data[30000] ^= 1
+    (node.mirror / SHARD2).write_bytes(bytes(data))  # the source is bad: staging fails
+    with pytest.raises(ws.StageError, match="still broken"):
+        node.stage(attempts=1)
+    assert not os.path.islink(node.lay.link)
+    assert {p.name: p.read_bytes() for p in Path(node.lay.link).iterdir()} == before
+    assert os.path.isdir(node.lay.partial)  # kept for the next run to continue
+
+
+def test_the_swap_is_one_step_or_two_renames(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """renameat2(RENAME_EXCHANGE) where the kernel has it; two renames where it says EINVAL."""
+    for number, exchange in enumerate((ws._exchange, lambda a, b: False)):  # pylint: disable=protected-access
+        root = tmp_path / str(number)
+        lay = ws.layout(str(root), str(root / ".gpuserve-weights"), "tiny", COMMIT)
+        os.makedirs(lay.final)
+        Path(lay.final, "f").write_text("new")
+        os.makedirs(lay.link)
+        Path(lay.link, "f").write_text("old")
+        monkeypatch.setattr(ws, "_exchange", exchange)
+        ws._replace_dir_with_link(lay)  # pylint: disable=protected-access
+        assert os.readlink(lay.link) == lay.link_target and Path(lay.link, "f").read_text() == "new"
+        assert sorted(os.listdir(root)) == [".gpuserve-weights", "tiny"]
 
 
 def test_not_enough_space_writes_nothing(node: Node) -> None:
