@@ -38,6 +38,15 @@ options:
     type: bool
     default: false
     version_added: 0.2.0
+  revision:
+    description:
+      - The commit the directories must hold (a per-node C(hf download --revision)): read from the
+        metadata C(hf download --local-dir) keeps per file. Another commit, a mix, or no metadata
+        is returned in C(revision_problems) (and fails with O(fail_on_problems)).
+      - A branch or tag name is not judged (only the Hub can resolve it). Empty - not checked.
+    type: str
+    default: ""
+    version_added: 0.3.0
   fail_on_problems:
     description:
       - Fail when a directory is incomplete. With V(false) the problems are only returned, e.g.
@@ -86,17 +95,29 @@ problems:
   sample:
     - "/srv/models/Kimi-K2.5/model-00061-of-00064.safetensors: missing (named by model.safetensors.index.json)"
     - "/srv/models/Kimi-K2.5/model-00002-of-00064.safetensors: truncated: its header says 9663676416 bytes, the file has 4831838208 (4831838208 missing)"
+revision_problems:
+  description: With O(revision), each directory that does not hold that commit (or cannot tell), one sentence each.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/srv/models/Kimi-K2.5: holds 1111111111111111111111111111111111111111 (64 file(s)); the pin is 2222222222222222222222222222222222222222"]
 directories:
-  description: Per directory, its path, the shards checked and its problems.
+  description: Per directory, its path, the shards checked, its problems, and with O(revision) the commits its hf download metadata names (C(commits), commit -> files).
   returned: always
   type: list
   elements: dict
   sample: [{"path": "/srv/models/Kimi-K2.5-eagle3", "shards": ["model.safetensors"], "problems": []}]
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._check import check_weights_dir
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._check import (
+    check_weights_dir,
+    downloaded_commits,
+    revision_problem,
+)
 
 
 def main() -> None:
@@ -105,14 +126,28 @@ def main() -> None:
         argument_spec={
             "paths": {"type": "list", "elements": "path", "required": True},
             "headers": {"type": "bool", "default": False},
+            "revision": {"type": "str", "default": ""},
             "fail_on_problems": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
     directories = [check_weights_dir(path, module.params["headers"]) for path in module.params["paths"]]
+    revision_problems = []
+    if module.params["revision"]:
+        for directory in directories:
+            # A first download that stopped before any file completed has nothing to judge yet.
+            if os.path.isdir(directory["path"]):
+                directory["commits"] = downloaded_commits(directory["path"])
+                if not directory["commits"] and directory["problems"]:
+                    continue
+                problem = revision_problem(directory["path"], module.params["revision"], directory["commits"])
+                if problem:
+                    revision_problems.append(problem)
     problems = [problem for d in directories for problem in d["problems"]]
     result = {"changed": False, "complete": not problems, "problems": problems,
-              "directories": directories}
+              "revision_problems": revision_problems, "directories": directories}
+    if revision_problems and module.params["fail_on_problems"]:
+        module.fail_json(msg="the model weights are not the pinned revision: " + "; ".join(revision_problems), **result)
     if problems and module.params["fail_on_problems"]:
         shown = problems[:40]
         more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""

@@ -80,3 +80,42 @@ def _header_problem(shard: str, size: int, problems: list[str]) -> None:
         problem = size_problem(shard, size)
         if problem:
             problems.append(problem)
+
+
+# `hf download --local-dir` keeps, per file, `.cache/huggingface/download/<file>.metadata`: the
+# commit it came from, its etag, a timestamp, one per line (huggingface_hub's
+# _local_folder.write_download_metadata).
+HF_METADATA_DIR = os.path.join(".cache", "huggingface", "download")
+COMMIT_LENGTH = 40
+
+
+def downloaded_commits(path: str) -> dict[str, int]:
+    """{commit: number of files} that `hf download --local-dir` recorded in `path` (read only)."""
+    found: dict[str, int] = {}
+    for root, _dirs, files in os.walk(os.path.join(path, HF_METADATA_DIR)):
+        for name in files:
+            if not name.endswith(".metadata"):
+                continue
+            try:
+                with open(os.path.join(root, name), encoding="utf-8") as handle:
+                    commit = handle.readline().strip()
+            except (OSError, UnicodeDecodeError):
+                commit = ""
+            found[commit or "(unreadable)"] = found.get(commit or "(unreadable)", 0) + 1
+    return found
+
+
+def revision_problem(path: str, pinned: str, found: t.Mapping[str, int]) -> str:
+    """Why `path` does not hold the pinned commit, or "" when it does (or the pin is not a commit,
+    which only the Hub can resolve: not judged here)."""
+    pinned = pinned.strip().lower()
+    if len(pinned) != COMMIT_LENGTH or any(c not in "0123456789abcdef" for c in pinned):
+        return ""
+    if not found:
+        return (f"{path}: which revision it holds cannot be told (no hf download metadata under "
+                f"{HF_METADATA_DIR}); the pin is {pinned}")
+    others = sorted(c for c in found if c != pinned)
+    if not others:
+        return ""
+    counts = ", ".join(f"{c} ({found[c]} file(s))" for c in sorted(found))
+    return f"{path}: holds {counts}; the pin is {pinned}"

@@ -138,3 +138,29 @@ def test_sync_names_a_missing_owner(tmp_path: Path, mirror: Path, monkeypatch: p
                                                  "owner": "no-such-user-x", "source": "mirror",
                                                  "mirror_dir": str(mirror)}, monkeypatch)
     assert result["failed"] and result["msg"] == "owner 'no-such-user-x' is not a user on this host"
+
+
+def test_check_names_a_revision_the_directory_does_not_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm_server_download's guard: another commit in a directory vLLM reads is refused, naming
+    both; a first download that completed no file yet has nothing to judge."""
+    old, new = "1" * 40, "2" * 40
+    model = tmp_path / "model"
+    meta = model / ".cache" / "huggingface" / "download"
+    meta.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        (model / name).write_text("x")
+        # the format of huggingface_hub's _local_folder.write_download_metadata (0.36.2)
+        (meta / f"{name}.metadata").write_text(f"{old}\n\"etag\"\n1796274797.0\n")
+    refused = run_module_main(vllm_weights_check, {"paths": [str(model)], "revision": new}, monkeypatch)
+    assert refused["failed"] and refused["revision_problems"] == [
+        f"{model}: holds {old} (2 file(s)); the pin is {new}"]
+    reported = run_module_main(vllm_weights_check, {"paths": [str(model)], "revision": new, "fail_on_problems": False},
+                               monkeypatch)
+    assert reported["complete"] and reported["directories"][0]["commits"] == {old: 2}
+    assert run_module_main(vllm_weights_check, {"paths": [str(model)], "revision": old}, monkeypatch)["revision_problems"] == []
+
+    started = tmp_path / "started"
+    (started / ".cache" / "huggingface" / "download").mkdir(parents=True)  # stopped before any file completed
+    fresh = run_module_main(vllm_weights_check, {"paths": [str(started)], "revision": new, "fail_on_problems": False},
+                            monkeypatch)
+    assert fresh["revision_problems"] == [] and not fresh["complete"]

@@ -55,3 +55,34 @@ def test_headers_find_a_truncated_shard(tmp_path: Path) -> None:
     assert vw.check_weights_dir(str(tmp_path))["problems"] == []  # non-empty: the old check passes it
     assert vw.check_weights_dir(str(tmp_path), headers=True)["problems"] == [
         f"{shard}: truncated: its header says {full} bytes, the file has 1000 ({full - 1000} missing)"]
+
+
+OLD, NEW = "1" * 40, "2" * 40
+
+
+def hf_downloaded(path: Path, files: dict[str, str]) -> None:
+    """What `hf download --local-dir` leaves: each file, and beside it under .cache/huggingface/download
+    `<file>.metadata` = commit, etag, timestamp, one per line (huggingface_hub 0.36.2,
+    _local_folder.write_download_metadata)."""
+    for name, commit in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text("{}" if name.endswith(".json") else "x")
+        meta = path / ".cache" / "huggingface" / "download" / f"{name}.metadata"
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        meta.write_text(f"{commit}\n\"etag-{name}\"\n1796274797.0\n")
+
+
+@pytest.mark.parametrize("files, pinned, problem", [
+    ({"config.json": NEW, "model.safetensors": NEW}, NEW, ""),
+    ({"config.json": OLD, "model.safetensors": OLD}, NEW, f"holds {OLD} (2 file(s)); the pin is {NEW}"),
+    ({"config.json": NEW, "model.safetensors": OLD}, NEW, f"holds {OLD} (1 file(s)), {NEW} (1 file(s)); the pin is {NEW}"),
+    ({"config.json": OLD, "model.safetensors": OLD}, "main", ""),  # a branch: only the Hub can tell
+    ({}, NEW, "which revision it holds cannot be told"),
+])
+def test_the_revision_an_hf_download_left(tmp_path: Path, files: dict, pinned: str, problem: str) -> None:
+    hf_downloaded(tmp_path, files)
+    found = vw.downloaded_commits(str(tmp_path))
+    assert sum(found.values()) == len(files)
+    got = vw.revision_problem(str(tmp_path), pinned, found)
+    assert (problem in got) if problem else got == ""
+    assert not problem or got.startswith(str(tmp_path))
