@@ -428,6 +428,7 @@ ROLLOUT = [B.rsplit("/", 1)[1]]  # what site.yml's rollout record names: the env
     ("took the rollout (B): back to A", ["remove", "drain", "switch", "restart", "health", "add"], A),
     ("never left A (the rollout stopped before it): stays, never one step past A", [], A),
     ("killed between switch and restart (link B, A runs): the link back to A, A keeps serving", ["switch"], A),
+    ("killed before its switch to B (a journal): stays on A, finishes the killed run's add", ["health", "add"], A),
 ], ids=lambda v: v if isinstance(v, str) and " " in v and "/" not in v else None)
 def test_rollback_goes_back_only_from_the_rollout_it_names(observed, steps, serves):
     states = {
@@ -436,12 +437,16 @@ def test_rollback_goes_back_only_from_the_rollout_it_names(observed, steps, serv
             node(link=A, running=A, previous=C, target=B),
         "killed between switch and restart (link B, A runs): the link back to A, A keeps serving":
             node(link=B, running=A, previous=A, target=B),
+        "killed before its switch to B (a journal): stays on A, finishes the killed run's add":
+            node(link=A, running=A, previous=C, target="",
+                 journal={"action": "upgrade", "from": A, "to": B, "canary_ok": False, "previous": C}),
     }
-    result = plan(states[observed], LISTED, requests={"rollback": True, "rollback_from": ROLLOUT})
+    routers = UNLISTED if "journal" in observed else LISTED
+    result = plan(states[observed], routers, requests={"rollback": True, "rollback_from": ROLLOUT})
     assert result["steps"] == steps
     assert result["to"] == serves
-    if not steps:
-        assert result["action"] == "none" and "never took vllm-0.18.0-bbbb" in result["line"]
+    if not steps or "journal" in observed:
+        assert result["action"] in ("none", "wait") and "never took vllm-0.18.0-bbbb" in result["line"]
 
 
 def test_without_a_scope_rollback_is_per_node_as_before():
