@@ -251,3 +251,19 @@ def test_owner_steps_run_without_root(open_dir: Path) -> None:
     with pytest.raises(ws.StageError, match="PermissionError"):
         nobody.call(_write, str(open_dir / "roots" / "f"))
     assert not (open_dir / "roots" / "f").exists()
+
+
+@needs_rsync
+def test_a_new_revision_that_fails_to_stage_leaves_the_link_on_the_old_one(node: Node, tmp_path: Path) -> None:
+    """Staging killed or failing mid-transfer: the path vLLM reads still names the revision it had."""
+    node.stage()
+    old_final = node.lay.final
+    newer = ws.layout(os.path.dirname(node.lay.link), os.path.dirname(os.path.dirname(old_final)), "tiny", "f" * 40)
+    data = bytearray((node.mirror / SHARD2).read_bytes())
+    data[30000] ^= 1
+    (node.mirror / SHARD2).write_bytes(bytes(data))
+    with pytest.raises(ws.StageError, match="still broken"):
+        ws.stage(newer, node.manifest, ws.RsyncSource(str(node.mirror)), ws.Owner.me(), str(tmp_path / "c2.json"),
+                 attempts=1)
+    assert os.path.realpath(node.lay.link) == os.path.realpath(old_final)
+    assert os.path.isdir(newer.partial) and not os.path.exists(newer.final)
