@@ -28,7 +28,8 @@ def junit(path):
 
 # Ansible's default and yaml callbacks, with or without molecule's box drawing in front.
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_TASK = re.compile(r"^[\s│]*TASK \[(?P<task>.*?)\]")
+_TASK_START = re.compile(r"^[\s│]*TASK \[")
+_TASK = re.compile(r"^[\s│]*TASK \[(?P<task>[^\]]*)\]")
 # At the start of a line: not a quoted result inside a nested run's printed stdout.
 _BAD = re.compile(r"^[\s│]*(?P<what>fatal|failed): \[(?P<host>[^\]]+)\]")
 
@@ -38,9 +39,11 @@ def ansible(path):
     with open(path, encoding="utf-8", errors="replace") as log:
         lines = _ANSI.sub("", log.read()).splitlines()
     for number, line in enumerate(lines):
-        found = _TASK.match(line)
-        if found:
-            task = found.group("task")
+        if _TASK_START.match(line):
+            # molecule wraps a long task name onto the next line: join until its "]"
+            joined = line + "".join(" " + more.strip(" │") for more in lines[number + 1:number + 3])
+            found = _TASK.match(joined)
+            task = found.group("task") if found else task
             continue
         bad = _BAD.match(line)
         if bad and not _ignored(lines, number):
@@ -53,7 +56,7 @@ def _ignored(lines, number):
     for line in lines[number + 1:]:
         if "...ignoring" in line:
             return True
-        if _TASK.match(line) or not line.strip(" │"):
+        if _TASK_START.match(line) or not line.strip(" │"):
             return False
     return False
 

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from tests.support import failure_digest
 
@@ -57,3 +58,11 @@ def test_junit_digest_names_each_failed_test(tmp_path):
     assert len(lines) == 1, lines
     assert lines[0].startswith("FAILURE test_sample::test_fails:")
     assert "one is not two" in lines[0]
+
+
+def test_a_task_name_molecule_wrapped_is_named_whole():
+    """Recorded molecule output: the task line is wrapped in molecule's box."""
+    lines = list(failure_digest.ansible(str(Path(__file__).with_name("molecule-wrapped-task.log"))))
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("fatal [localhost] TASK [Both restarted drained for the model path; the second run "
+                               "stopped node2's canary, nothing else]:"), lines[0]
