@@ -40,7 +40,7 @@ options:
     version_added: 0.2.0
   revision:
     description:
-      - The commit the directories must hold (a per-node C(hf download --revision)): read from the
+      - The commit the directories must hold (a per-node C(hf download --revision)), read from the
         metadata C(hf download --local-dir) keeps per file. Another commit, a mix, or no metadata
         is returned in C(revision_problems) (and fails with O(fail_on_problems)).
       - A branch or tag name is not judged (only the Hub can resolve it). Empty - not checked.
@@ -100,9 +100,14 @@ revision_problems:
   returned: always
   type: list
   elements: str
-  sample: ["/srv/models/Kimi-K2.5: holds 1111111111111111111111111111111111111111 (64 file(s)); the pin is 2222222222222222222222222222222222222222"]
+  sample:
+    - >-
+      /srv/models/Kimi-K2.5: holds 1111111111111111111111111111111111111111 (64 file(s)); the pin is
+      2222222222222222222222222222222222222222
 directories:
-  description: Per directory, its path, the shards checked, its problems, and with O(revision) the commits its hf download metadata names (C(commits), commit -> files).
+  description:
+    - Per directory, its path, the shards checked and its problems.
+    - With O(revision), C(commits) - the commits its hf download metadata names, commit -> files.
   returned: always
   type: list
   elements: dict
