@@ -33,7 +33,7 @@ import subprocess
 import typing as t
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _hub as hub
-from ansible_collections.gpuserve.vllm.plugins.module_utils._env._store import fsync_dir, replace_symlink
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env._store import fsync_dir, replace_symlink, temp_link
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._manifest import FileEntry, Manifest
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._manifest import write as write_manifest
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._verify import KEEP, Report, verify
@@ -536,8 +536,10 @@ def _exchange(a: str, b: str) -> bool:
 def _replace_dir_with_link(lay: Layout) -> None:
     """The adopted directory at the link's path becomes the link to the published copy in one
     step, so the path vLLM reads never goes missing; the old directory is removed after."""
-    tmp = lay.link + ".gpuserve-link"
-    if os.path.lexists(tmp):
+    tmp = temp_link(lay.link)
+    if os.path.isdir(tmp) and not os.path.islink(tmp):
+        shutil.rmtree(tmp)  # an old directory a run killed right after the swap left
+    elif os.path.lexists(tmp):
         os.unlink(tmp)
     os.symlink(lay.link_target, tmp)
     if not _exchange(tmp, lay.link):

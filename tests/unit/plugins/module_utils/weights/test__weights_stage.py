@@ -159,6 +159,7 @@ def test_the_swap_is_one_step_or_two_renames(tmp_path: Path, monkeypatch: pytest
         os.makedirs(lay.link)
         Path(lay.link, "f").write_text("old")
         monkeypatch.setattr(ws, "_exchange", exchange)
+        os.makedirs(os.path.join(root, ".tiny.switching", "old"))  # what a run killed after a swap leaves
         ws._replace_dir_with_link(lay)  # pylint: disable=protected-access
         assert os.readlink(lay.link) == lay.link_target and Path(lay.link, "f").read_text() == "new"
         assert sorted(os.listdir(root)) == [".gpuserve-weights", "tiny"]
