@@ -21,10 +21,15 @@ description:
     first word is the interpreter the env's script named in its shebang (uv and venv write the
     env's real directory there), resolved to a real path. So a run killed between an env switch
     and the restart is seen for what it is - the link names the new env, the process the old one.
-  - The start time is systemd's C(ExecMainStartTimestampMonotonic) in epoch seconds - a file
-    written after it (the unit, the env file, the NCCL configuration, an install or a patch in the
-    env that runs, a switched weights link, the restart request) means a restart is still due. So a
-    restart is observed, not remembered - no handler a later failure drops is needed for it.
+  - What the server started with is read from its start record (O(start_record)), which the unit
+    writes as root at every start (gpuserve.vllm.vllm_server's C(ExecStartPre)) - digests of the
+    unit, the env file and the NCCL configuration, of the vLLM code in the env it runs, and the
+    model and drafter revisions. The same fingerprint of what is on disk now says what changed since
+    (C(start_record.changed)) - a restart is observed, not remembered, and a file put back with its
+    old time reads as changed.
+  - A record of another start (systemd's C(InvocationID) differs - it could not be written) or
+    none falls back to times - a file written after systemd's C(ExecMainStartTimestampMonotonic)
+    is a change (C(files)).
 author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
@@ -80,6 +85,11 @@ options:
     description: The same for the speculative drafter's path; empty for none.
     type: path
     default: ""
+  start_record:
+    description:
+      - The start record the unit writes at every start (JSON, root-owned); empty to read only times.
+    type: path
+    default: /var/lib/gpuserve/vllm_server.start.json
   journal:
     description: The serve plan's journal (JSON) a run writes before it changes anything.
     type: path
@@ -141,6 +151,7 @@ RETURN = r"""
 unit:
   description:
     - C(load_state), C(active_state), C(sub_state), C(main_pid), C(n_restarts), C(started) (epoch seconds or null).
+    - C(invocation) - systemd's C(InvocationID) of the running start (empty when none).
     - C(systemd) is false on a host systemd does not run (no C(/run/systemd/system)); the unit is then C(not-found) and nothing runs.
   returned: always
   type: dict
@@ -173,7 +184,17 @@ files:
     - mtimes (epoch seconds or null) of C(unit), C(env_file), C(restart_marker), C(nccl_conf), C(model) and
       C(drafter) (the paths themselves, a link's own time).
     - C(env_code) - when the vLLM code of the env the process runs last changed (its packages' C(*.dist-info)
-      directories and the files under C(vllm/), bytecode left out); null when nothing runs.
+      directories and the files under C(vllm/), bytecode left out); null when nothing runs or the
+      start record is current (it is compared instead).
+  returned: always
+  type: dict
+start_record:
+  description:
+    - C(path), C(present), C(current) (the record is the running start's own - the same systemd
+      InvocationID), C(at) (when it was written, epoch seconds), C(env), C(vllm_version), C(error)
+      (why a record found could not be read). Read only while a server runs.
+    - C(changed) - with C(current), the names whose fingerprint now differs from the start's, of
+      C(unit), C(env_file), C(nccl_conf), C(env_code), C(model), C(drafter).
   returned: always
   type: dict
 journal:
@@ -262,6 +283,7 @@ def main() -> None:
             "nccl_conf": {"type": "path", "default": "/etc/nccl.conf"},
             "model_path": {"type": "path", "default": ""},
             "drafter_path": {"type": "path", "default": ""},
+            "start_record": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.start.json"},
             "journal": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.plan.json"},
             "hold": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.rollback.json"},
             "reboot_marker": {"type": "path", "default": ""},
@@ -303,6 +325,9 @@ def main() -> None:
     named += [str((hold or {}).get(k) or "") for k in ("from", "to")]
     health = _read(p["health_url"], p["timeout"], p["tries"], ns.health_view)
     metrics = _read(p["metrics_url"], p["timeout"], p["tries"], ns.metrics_view)
+    alive = unit["main_pid"] > 0
+    start_record = ns.start_view(p["start_record"] if alive else "", unit["invocation"], p["model_path"],
+                                 p["drafter_path"], p["unit_path"], p["env_file"], p["nccl_conf"])
     module.exit_json(
         changed=False, unit=unit, canary={k: canary[k] for k in ("load_state", "active_state", "sub_state", "main_pid")},
         process=process, link=link, previous=previous, target=target,
@@ -311,8 +336,8 @@ def main() -> None:
                "restart_marker": ns.mtime(p["restart_marker"]), "nccl_conf": ns.mtime(p["nccl_conf"]),
                "model": ns.link_mtime(p["model_path"]) if p["model_path"] else None,
                "drafter": ns.link_mtime(p["drafter_path"]) if p["drafter_path"] else None,
-               "env_code": ns.code_mtime(process["env"]) if process["env"] else None},
-        journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
+               "env_code": ns.code_mtime(process["env"]) if process["env"] and not start_record["current"] else None},
+        start_record=start_record, journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
         health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
     )
 

@@ -20,8 +20,9 @@ serve is not started over as an idle one, and a /metrics that did not answer kee
 (the drain reads it again and ends only on confirmed readings).
 
 Whether a restart is due is read from the node, not remembered: the running process uses
-another env than the one to serve, or started before the unit file, the env file or the
-restart request were last written, or nothing runs. The journal the plan hands back (written
+another env than the one to serve, or something it loaded at its start changed since (its start
+record against what is on disk; file times without one), or a restart was requested after it
+started, or nothing runs. The journal the plan hands back (written
 to the node before the first step that changes anything, removed after the last) only keeps
 what cannot be observed later: the env that served before (the rollback target if the new one
 fails to start), the env it goes to, and whether that env's canary passed. Stdlib only, no
@@ -37,8 +38,10 @@ import typing as t
 STEPS = ("remove", "drain", "stop", "canary", "switch", "reboot", "restart", "health", "add")
 STOP_SERVER_MODES = ("auto", "true", "false")
 JOURNAL_VERSION = 1
-# What a running server loaded at its start: any of these changed after it started (vllm_node_state's
-# `files`) is a restart reason, observed on the node rather than remembered by a handler.
+# What a running server loaded at its start: any of these changed since it started is a restart
+# reason, observed on the node rather than remembered by a handler: compared with the start record
+# the unit writes (vllm_node_state's `start_record.changed`), or by time without one (`files`). The
+# restart request is a time only.
 FILES_A_SERVER_FOLLOWS = (
     ("unit", "the systemd unit"), ("env_file", "the env file"), ("nccl_conf", "the NCCL configuration"),
     ("env_code", "vLLM's code in the env it runs (an install or a patch)"),
@@ -102,6 +105,10 @@ class Node:
         self.target = str((raw.get("target") or {}).get("env") or "")
         self.envs = {str(k): dict(v or {}) for k, v in dict(raw.get("envs") or {}).items()}
         self.files = {str(k): _float(v) for k, v in dict(raw.get("files") or {}).items()}
+        record = dict(raw.get("start_record") or {})
+        self.record_current = _bool(record.get("current"))
+        self.record_changed = {str(name) for name in (record.get("changed") or [])}
+        self.record_error = str(record.get("error") or "")
         self.reboot_pending = _bool((raw.get("reboot") or {}).get("pending"))
         self.reboot_reason = str((raw.get("reboot") or {}).get("reason") or "")
         self.journal = self._record("journal")
@@ -153,8 +160,11 @@ class Node:
     def built(self, env: str) -> bool:
         return bool(env) and bool(self.envs.get(env, {}).get("built"))
 
-    def written_after_start(self, name: str) -> bool:
-        """Whether `name` (one of FILES_A_SERVER_FOLLOWS) changed after the process started."""
+    def changed_since_start(self, name: str) -> bool:
+        """Whether `name` (one of FILES_A_SERVER_FOLLOWS) changed since the process started: by
+        its start record when that is this start's, else by time (the restart request always)."""
+        if self.record_current and name != "restart_marker":
+            return name in self.record_changed
         mtime = self.files.get(name)
         if mtime is None or self.process_started is None:
             return False
@@ -301,6 +311,8 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
 
     managed = bool(node.link_path)  # vllm_server_env_link "" = the role does not manage envs
     desired, kind, reasons = _desired(node, req) if managed else ("", "", [])
+    if node.alive and node.record_error:
+        reasons = reasons + [f"{node.record_error}: what changed since its start is read from file times"]
     if node.canary_left:
         reasons = reasons + [f"a killed run's canary still runs (pid {node.canary_pid}): stopped first, "
                              "it holds GPU memory a start needs"]
@@ -333,7 +345,7 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
                 restart_reasons.append(text)
         if node.alive:
             for name, text in FILES_A_SERVER_FOLLOWS:
-                if node.written_after_start(name):
+                if node.changed_since_start(name):
                     restart_reasons.append(f"{text} changed after the server started")
         elif node.files.get("restart_marker") is not None:
             restart_reasons.append("a restart was requested")

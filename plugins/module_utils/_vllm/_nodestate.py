@@ -5,8 +5,9 @@ The serve plan (`_nodeplan`) decides from this and nothing else: which env the r
 process uses (its interpreter path: uv and venv scripts name the env's real directory in their
 shebang, so the kernel puts it in argv[0]), when that process started (systemd's monotonic
 start timestamp, turned into epoch seconds), the env link and `<link>.previous` as real paths,
-which envs are built, the mtimes of the files a restart must follow, the journal a killed run
-left, a rollback hold, and the server's own /health and /metrics.
+which envs are built, what changed since the server's start record (_startrecord) or, without
+one, the mtimes of the files a restart must follow, the journal a killed run left, a rollback
+hold, and the server's own /health and /metrics.
 Stdlib only, Python 3.9+, no Ansible imports: it runs on the managed node.
 """
 
@@ -18,10 +19,11 @@ import time
 import typing as t
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _store as es
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _startrecord as sr
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._metrics import parse_prometheus
 
 UNIT_FIELDS = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts",
-               "ExecMainStartTimestampMonotonic")
+               "ExecMainStartTimestampMonotonic", "InvocationID")
 GAUGE_RUNNING = "vllm:num_requests_running"
 GAUGE_WAITING = "vllm:num_requests_waiting"
 # Counters that grow while the engine makes progress on any request (prefill or decode).
@@ -46,6 +48,7 @@ def unit_view(props: t.Mapping[str, str], mono_now: float, wall_now: float) -> d
         "sub_state": props.get("SubState", ""),
         "main_pid": number("MainPID"),
         "n_restarts": number("NRestarts"),
+        "invocation": props.get("InvocationID", ""),
         "started": (wall_now - mono_now + started_mono / 1e6) if started_mono else None,
     }
 
@@ -106,32 +109,35 @@ def link_mtime(path: str) -> float | None:
 
 
 def code_mtime(env: str) -> float | None:
-    """When the vLLM code an env holds last changed: the newest of its packages' `*.dist-info`
-    directories (created by every install, upgrade or reinstall of a package, whatever uv's link
-    mode keeps of the files' own times) and of the files under `vllm/` (a patch writes them anew).
-    Bytecode is left out: root importing vLLM (a preflight, an import check) writes `__pycache__`
-    without changing what a server would load. None when the env has no site-packages."""
-    newest: float | None = None
-    lib = os.path.join(env, "lib")
+    """When the vLLM code an env holds last changed: the newest of _startrecord.code_files
+    (what a server loads; whatever uv's link mode keeps of the files' own times, each install
+    makes a new `*.dist-info` directory). None when the env has no site-packages. Used only for
+    a server whose start record is missing (see start_view)."""
+    times = [stat.st_mtime for _path, stat in sr.code_files(env)]
+    return max(times) if times else None
+
+
+def start_view(path: str, invocation: str, model: str, drafter: str, unit: str, env_file: str,
+               nccl_conf: str) -> dict[str, t.Any]:
+    """The start record and, when it is the running process's own (systemd's InvocationID of
+    this start), the names of what changed on disk since (`changed`). `current` False: no
+    record, another start's (the record could not be written), or an unreadable one (`error`):
+    the plan then reads the files' times instead."""
+    view: dict[str, t.Any] = {"path": path, "present": False, "current": False, "at": None, "env": "",
+                              "vllm_version": "", "changed": [], "error": ""}
     try:
-        pythons = [name for name in os.listdir(lib) if name.startswith("python")]
-    except OSError:
-        return None
-    for python in pythons:
-        site = os.path.join(lib, python, "site-packages")
-        try:
-            entries = os.listdir(site)
-        except OSError:
-            continue
-        for name in entries:
-            if name.endswith(".dist-info"):
-                newest = max(newest or 0.0, link_mtime(os.path.join(site, name)) or 0.0)
-        for root, dirs, files in os.walk(os.path.join(site, "vllm")):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for name in files:
-                if not name.endswith(".pyc"):
-                    newest = max(newest or 0.0, link_mtime(os.path.join(root, name)) or 0.0)
-    return newest
+        record = sr.read(path) if path else None
+    except sr.RecordError as exc:
+        return dict(view, present=True, error=str(exc))
+    if record is None:
+        return view
+    view.update(present=True, at=record.get("at"), env=str(record.get("env") or ""),
+                vllm_version=str(record.get("vllm_version") or ""),
+                current=bool(invocation) and record.get("invocation") == invocation)
+    if view["current"]:
+        now = sr.fingerprint(unit, env_file, nccl_conf, view["env"], model, drafter)
+        view["changed"] = sr.changed(record["fingerprint"], now)
+    return view
 
 
 def read_record(path: str) -> dict[str, t.Any] | None:

@@ -20,7 +20,8 @@ def node(*, running: str | None = A, healthy: bool = True, link: str = A, previo
          target: str = "", journal: dict | None = None, hold: dict | None = None,
          files: dict | None = None, built: tuple = (A, B, C), gpus: list | None = None,
          metrics: bool | None = None, unit: str = "loaded", reboot: bool = False,
-         sub: str | None = None, health_known: bool = True, metrics_known: bool = True) -> dict:
+         sub: str | None = None, health_known: bool = True, metrics_known: bool = True,
+         start_record: dict | None = None) -> dict:
     """A vllm_node_state result: `running` is the env of the live process (None: not running);
     `health_known`/`metrics_known` False: the read timed out (tests/unit/plugins/modules/
     test_vllm_node_state.py makes one against a real socket that never answers)."""
@@ -35,6 +36,7 @@ def node(*, running: str | None = A, healthy: bool = True, link: str = A, previo
         "target": {"path": target, "env": target},
         "envs": {e: {"exists": True, "built": True} for e in built},
         "files": files or {"unit": T0 - 100, "env_file": T0 - 100, "restart_marker": None},
+        "start_record": start_record or {"present": False, "current": False, "changed": [], "error": ""},
         "journal": journal, "hold": hold,
         "reboot": {"pending": reboot, "reason": "new kernel command line" if reboot else ""},
         "health": ({"status": None, "error": "timed out", "known": False, "tries": 3} if not health_known else
@@ -453,3 +455,36 @@ def test_without_a_scope_rollback_is_per_node_as_before():
     """The role on its own (no fleet record): every node goes to its own .previous."""
     result = plan(node(link=A, running=A, previous=C, target=B), LISTED, requests={"rollback": True})
     assert result["to"] == C and result["action"] == "rollback"
+
+
+# Every name a server follows, found changed by its start record or by time, each way round: with
+# the running start's own record, the record decides (a file put back with its old time is a
+# change, a file rewritten with the same bytes is not); with none, another start's or an
+# unreadable one, the file's time does. The restart request is always a time.
+RECORDS = {
+    "current, nothing changed": {"present": True, "current": True, "changed": [], "error": ""},
+    "another start's (not written at this one)": {"present": True, "current": False, "changed": [], "error": ""},
+    "none": {"present": False, "current": False, "changed": [], "error": ""},
+    "unreadable": {"present": True, "current": False, "changed": [], "error": "/var/lib/gpuserve/vllm_server.start.json: "
+                   "not a gpuserve.vllm start record of format 1"},
+}
+
+
+@pytest.mark.parametrize("name", [name for name, _text in vp.FILES_A_SERVER_FOLLOWS])
+@pytest.mark.parametrize("record_key", list(RECORDS))
+@pytest.mark.parametrize("in_record", [False, True])
+@pytest.mark.parametrize("written_after", [False, True])
+def test_what_changed_since_the_start_decides_the_restart(name, record_key, in_record, written_after):
+    record = dict(RECORDS[record_key])
+    if in_record and record["current"]:
+        record["changed"] = [name]
+    files = {"unit": T0 - 100, "env_file": T0 - 100, "restart_marker": None, name: T0 + 5 if written_after else T0 - 5}
+    result = plan(node(target=A, files=files, start_record=record), LISTED)
+    by_record = record["current"] and name != "restart_marker"
+    due = (name in record["changed"]) if by_record else written_after
+    assert result["steps"] == (["remove", "drain", "restart", "health", "add"] if due else []), result["line"]
+    if due:
+        text = dict(vp.FILES_A_SERVER_FOLLOWS)[name]
+        assert f"{text} changed after the server started" in result["restart_reasons"]
+    if record["error"]:
+        assert record["error"] + ": what changed since its start is read from file times" in result["line"]
