@@ -438,11 +438,15 @@ def stage(lay: Layout, manifest: Manifest, source: Source | None, owner: Owner, 
     state = inspect(lay, manifest, cache, full, workers, save=not check_mode)
     actions: list[str] = []
     if state.holder:
+        for old in _adoption_leftovers(lay):
+            actions.append(f"removed {old}, the directory a run killed right after adopting {lay.link} left")
+            if not check_mode:
+                shutil.rmtree(old)
         if not state.link_ok:
             actions.append(f"link {lay.link} -> {lay.link_target}")
             if not check_mode:
                 _switch_link(lay)
-        return Outcome(bool(actions), actions, [], [], state.report, switched=bool(actions))
+        return Outcome(bool(actions), actions, [], [], state.report, switched=not state.link_ok)
     problem = state.space_problem(manifest, reserve)
     if problem:
         raise SpaceError(problem)
@@ -531,6 +535,13 @@ def _exchange(a: str, b: str) -> bool:
     if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
         return False
     raise OSError(code, os.strerror(code), a)
+
+
+def _adoption_leftovers(lay: Layout) -> list[str]:
+    """The old directory a run killed between an adoption's swap and its removal left beside the
+    link (a real directory, never a link; its good files live on in the published copy)."""
+    return [path for path in (temp_link(lay.link), lay.link + ".gpuserve-adopted")
+            if os.path.isdir(path) and not os.path.islink(path) and os.path.islink(lay.link)]
 
 
 def _replace_dir_with_link(lay: Layout) -> None:

@@ -134,6 +134,24 @@ def test_an_old_download_at_the_link_is_adopted(node: Node) -> None:
 
 
 @needs_rsync
+def test_a_run_killed_right_after_the_adoptions_swap_is_cleaned_up_by_the_next(node: Node) -> None:
+    """Killed between the swap and the removal: the link serves the published copy, the old
+    directory waits beside it (in the kernel's swap, under the temporary link's name). The next
+    run, with nothing left to fetch, removes it; check mode only says so."""
+    shutil.copytree(node.mirror, node.lay.link)
+    node.stage()
+    leftover = os.path.join(os.path.dirname(node.lay.link), ".tiny.switching")
+    shutil.copytree(node.mirror, leftover)
+    said = node.stage(check_mode=True)
+    assert said.actions == [f"removed {leftover}, the directory a run killed right after adopting {node.lay.link} left"]
+    assert os.path.isdir(leftover)
+    out = node.stage()
+    assert out.actions == said.actions and out.transfers == [] and not os.path.exists(leftover)
+    assert sorted(os.listdir(os.path.dirname(node.lay.link))) == [".gpuserve-weights", "tiny"]
+    assert node.stage().actions == []
+
+
+@needs_rsync
 def test_adoption_that_fails_leaves_the_directory_vllm_reads_as_it_was(node: Node) -> None:
     """The path vLLM reads never goes missing: a staging that fails leaves it untouched."""
     shutil.copytree(node.mirror, node.lay.link)
