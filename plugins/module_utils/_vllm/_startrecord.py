@@ -190,7 +190,7 @@ def main(argv: t.Sequence[str] | None = None, environ: t.Mapping[str, str] | Non
     args = parser.parse_args(argv)
     invocation = (os.environ if environ is None else environ).get("INVOCATION_ID", "")
     if not invocation:
-        print("vllm start record: no INVOCATION_ID (not started by systemd): nothing written", file=sys.stderr)
+        sys.stderr.write("vllm start record: no INVOCATION_ID (not started by systemd): nothing written\n")
         return 2
     env = env_of(args.executable)
     files = fingerprint(args.unit, args.env_file, args.nccl_conf, env, args.model, args.drafter)
@@ -199,4 +199,4 @@ def main(argv: t.Sequence[str] | None = None, environ: t.Mapping[str, str] | Non
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
