@@ -179,19 +179,22 @@ def _all_reduce_findings(parsed: dict[str, t.Any], gpus: list[dict[str, t.Any]],
 
 
 def decide(*, nccl_text: str | None, gpus: list[dict[str, t.Any]], expected_gpus: int, floor: dict[str, t.Any],
-           health: tuple[list[str], list[str]] | None, health_source: str | None,
-           min_bytes: int | None = None) -> dict[str, t.Any]:
+           health: tuple[list[str], list[str]] | None, health_source: str | None, min_bytes: int | None = None,
+           nccl_rc: int | None = None, nccl_reason: str | None = None, health_reason: str | None = None) -> dict[str, t.Any]:
     """The verdict of one acceptance run: pass, fail or unknown, with every reason as a sentence.
 
-    ``nccl_text`` None means all_reduce_perf did not run; ``health`` None means no health check ran.
-    Either missing makes the verdict unknown at best: what was not run was not proven.
+    ``nccl_text`` None means all_reduce_perf did not run (``nccl_reason`` says why); ``health``
+    None means no health check ran (``health_reason``). Either makes the verdict unknown at best:
+    what was not run was not proven.
     """
     problems: list[str] = []
     advisories: list[str] = []
     unknowns: list[str] = []
     figure = parsed = None
+    if nccl_rc:
+        problems.append("all_reduce_perf exited with status %d" % nccl_rc)
     if nccl_text is None:
-        unknowns.append("all_reduce_perf did not run")
+        unknowns.append(nccl_reason or "all_reduce_perf did not run")
     else:
         try:
             parsed = nccl.parse_all_reduce(nccl_text)
@@ -203,7 +206,7 @@ def decide(*, nccl_text: str | None, gpus: list[dict[str, t.Any]], expected_gpus
             advisories += advised
             unknowns += undecided
     if health is None:
-        unknowns.append("no GPU health check ran")
+        unknowns.append(health_reason or "no GPU health check ran")
     else:
         problems += health[0]
         advisories += health[1]
