@@ -388,8 +388,8 @@ def main() -> None:
     request = {"argv": argv, "compute_capability": params["compute_capability"],
                "variables": flag_variables(argv, params["extra_flags"]),
                "cuda_stub": params["cuda_stub"],
-               "unread_models": boundary.unread_models(_preflight_key.checkpoints(argv),
-                                                       os.path.isdir)}
+               "unread_models": boundary.unread_models(
+                   _preflight_key.checkpoints(argv, _preflight_key.config_file(argv)), os.path.isdir)}
     result = run_probe(params["python"], request, params["timeout"], PROBE, env)
     if params["cache_dir"]:
         stored = store(module, key, before, result, env) if key else note

@@ -14,6 +14,7 @@ import venv
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from module_runner import run_module_main  # noqa: E402
@@ -122,7 +123,8 @@ UNIT_ENV = ['CUDA_DEVICE_ORDER="PCI_BUS_ID"', 'VLLM_API_KEY="s3cret-api-key"', '
 
 
 @pytest.mark.parametrize("change", ["flag", "extra_flags", "capability", "config", "vllm file",
-                                    "chat template", "inline drafter", "unit env"])
+                                    "chat template", "inline drafter", "unit env",
+                                    "drafter in --config"])
 def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
     first_args: dict = {}
     template, drafter = node["tmp"] / "template.jinja", node["tmp"] / "drafter"
@@ -135,6 +137,13 @@ def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, ch
         node["argv"] += [f'--speculative-config={{"method": "eagle3", "model": "{drafter}"}}']
     elif change == "unit env":
         first_args["unit_environment"] = UNIT_ENV
+    elif change == "drafter in --config":
+        # the ml-env has PyYAML (vLLM needs it); without it the verdict is uncacheable (below)
+        (node["site"] / "yaml").symlink_to(Path(yaml.__file__).parent)
+        drafter.mkdir()
+        (drafter / "config.json").write_text('{"hidden_size": 7168}')
+        (node["tmp"] / "serve.yaml").write_text(f"speculative-config:\n  method: eagle3\n  model: {drafter}\n")
+        node["argv"] += ["--config", str(node["tmp"] / "serve.yaml")]
     first = _run(node, monkeypatch, **first_args)
     over: dict = {}
     if change == "flag":
@@ -147,7 +156,7 @@ def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, ch
         (node["tmp"] / "model" / "config.json").write_text('{"model_type": "kimi_k2"}')
     elif change == "chat template":
         template.write_text("{{ messages | first }}")
-    elif change == "inline drafter":
+    elif change in ("inline drafter", "drafter in --config"):
         (drafter / "config.json").write_text('{"hidden_size": 4096}')
     elif change == "unit env":
         over["unit_environment"] = UNIT_ENV[:2] + ['NCCL_DEBUG="INFO"']
@@ -276,5 +285,18 @@ def test_a_model_read_from_a_hub_cache_is_not_judged_by_root(node: dict,
     spec = '--speculative-config={"method": "eagle3", "model": "lightseekorg/kimi-k2.5-eagle3"}'
     _run(node, monkeypatch, argv=node["argv"] + [spec])
     assert node["request"]["unread_models"] == {"drafter": "lightseekorg/kimi-k2.5-eagle3"}
+    config = node["tmp"] / "serve.yaml"
+    config.write_text("speculative-config:\n  model: lightseekorg/kimi-k2.5-eagle3\n")
+    _run(node, monkeypatch, argv=node["argv"] + ["--config", str(config)])
+    assert node["request"]["unread_models"] == {"drafter": "lightseekorg/kimi-k2.5-eagle3"}
     _run(node, monkeypatch)
     assert node["request"]["unread_models"] == {}
+
+
+def test_without_pyyaml_a_config_file_is_judged_every_time(node: dict,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    (node["tmp"] / "serve.yaml").write_text("port: 8000\n")
+    node["argv"] += ["--config", str(node["tmp"] / "serve.yaml")]
+    first = _run(node, monkeypatch)
+    assert "PyYAML is not importable" in first["cache"]
+    assert _run(node, monkeypatch)["cached"] is False and node["judged"] == 2
