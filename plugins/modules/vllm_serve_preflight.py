@@ -108,7 +108,7 @@ options:
       - Root's own cache directory for the probe (vLLM's C(modelinfos), Hugging Face, triton,
         ...), in place of the service's caches the unit environment names. Created 0700, kept
         between runs; the module fails when another user owns or could change it or a folder
-        above it. Check mode creates nothing: while it does not exist, a temporary directory
+        above it. Check mode creates nothing; while it does not exist, a temporary directory
         stands in.
     type: path
     default: /var/cache/gpuserve/preflight

@@ -243,7 +243,7 @@ ROLE_CACHES = ['XDG_CACHE_HOME="{svc}"', 'VLLM_CACHE_ROOT="{svc}/vllm"', 'HF_HOM
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
 def test_the_services_caches_are_never_the_probes(node: dict, monkeypatch: pytest.MonkeyPatch,
-                                                   scratch: Path) -> None:
+                                                  scratch: Path) -> None:
     svc = node["tmp"] / "var-cache-vllm"
     svc.mkdir()
     os.chown(svc, pwd.getpwnam("nobody").pw_uid, -1)
@@ -294,7 +294,7 @@ def test_a_model_read_from_a_hub_cache_is_not_judged_by_root(node: dict,
 
 
 def test_without_pyyaml_a_config_file_is_judged_every_time(node: dict,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     (node["tmp"] / "serve.yaml").write_text("port: 8000\n")
     node["argv"] += ["--config", str(node["tmp"] / "serve.yaml")]
     first = _run(node, monkeypatch)

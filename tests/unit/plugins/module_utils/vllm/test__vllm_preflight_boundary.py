@@ -70,7 +70,7 @@ def test_every_cache_is_scratch_even_when_the_unit_sets_none() -> None:
     ("HF_TOKEN_PATH", f"{SERVICE}/token", "HF_TOKEN_PATH names a path, which another user"),
 ])
 def test_what_names_a_place_another_user_could_write_is_left_out(name: str, value: str,
-                                                                  reason: str) -> None:
+                                                                 reason: str) -> None:
     found = pb.probe_environment({name: value, "NCCL_DEBUG": "WARN"}, _service_writes, SCRATCH)
     assert name not in found.env and found.env["NCCL_DEBUG"] == "WARN"
     assert [item["name"] for item in found.left_out] == [name]
