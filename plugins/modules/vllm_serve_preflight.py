@@ -120,7 +120,8 @@ options:
         size, mtime and inode; every installed distribution's C(RECORD)), the same C(*.json) and
         C(*.py)/C(*.jinja) files in the model's and drafter's directories (also when named inside
         a JSON argument such as C(--speculative-config)), the same bytes of every file the argv
-        names (C(--chat-template), C(--config) and what it names, C(--tool-parser-plugin)), the
+        names (C(--chat-template), C(--config) and what it names at any depth, read as YAML,
+        C(--tool-parser-plugin)), the
         same interpreter, unit environment, environment and GPUs, and the same collection code
         returns it in well under a second (RV(cached)). Any change judges again.
       - Refusals, skips, crashes and verdicts with a check not run are never stored. Check mode reads the cache but never
@@ -369,8 +370,10 @@ def main() -> None:
         scratch = os.path.join(module.tmpdir, "scratch")
     try:
         boundary.prepare_scratch(scratch, _pyenv.path_problem)
-    except (OSError, ValueError) as exc:
-        module.fail_json(msg=f"the preflight's scratch directory {scratch}: {exc}")
+    except boundary.ScratchError as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg=f"the preflight's scratch directory {scratch} cannot be created: {exc}")
     crossing = boundary.probe_environment(unit_env, _pyenv.path_problem, scratch)
     env = crossing.env
     started = time.monotonic()

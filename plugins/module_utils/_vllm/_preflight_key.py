@@ -25,6 +25,10 @@ reads only, a fraction of a second. What it reads:
 - the interpreter, the VLLM_/HF_/TRANSFORMERS_/CUDA_ environment (secrets left out), and the
   node's GPUs and driver as /proc/driver/nvidia shows them.
 
+No cache content is read or needed: the probe's caches (vLLM's `modelinfos`, Hugging Face's)
+are root's own scratch directories (_preflight_boundary), never the service's, so nothing the
+service user writes is a verdict input outside this key.
+
 Stdlib only, no Ansible imports.
 """
 
