@@ -32,9 +32,17 @@ description:
     library nor the CUDA stub library; the other verdicts stand. On a GPU node every check runs,
     and a check that does not is a warning.
   - The probe runs with the unit's environment (O(unit_environment)) over the module's own, so
-    what vLLM reads from it (C(VLLM_ALLOW_LONG_MAX_MODEL_LEN), C(HF_HOME), ...) is judged as the
-    server would see it. The values reach the probe through its environment only, never its
-    command line.
+    what vLLM reads from it (C(VLLM_ALLOW_LONG_MAX_MODEL_LEN), C(VLLM_ATTENTION_BACKEND), ...) is
+    judged as the server would see it. The values reach the probe through its environment only,
+    never its command line.
+  - Root never reads what the service user may write. The caches the unit points into the
+    service's directory (C(XDG_CACHE_HOME), C(VLLM_CACHE_ROOT), C(HF_HOME) and the other Hugging
+    Face caches, C(TRITON_CACHE_DIR), C(TORCHINDUCTOR_CACHE_DIR), C(CUDA_CACHE_PATH), ...) are
+    root's own under O(scratch_dir) in the probe; C(PYTHONPYCACHEPREFIX) and the other
+    C(PYTHON*) variables that name code are left out (the env's own root-owned bytecode is read);
+    any other variable naming a path another user could change is left out. RV(boundary) lists
+    both. A model or drafter that is not a local directory would be read from the service's
+    Hugging Face cache, so the checks that need its C(config.json) are reported as not run.
   - When vLLM is installed without its dependencies (rehearsals with C(vllm_install_no_deps)),
     it says that it was skipped and why, and does not fail.
 author:
@@ -95,6 +103,15 @@ options:
       - Ignored where C(libcuda.so.1) loads (a GPU node).
     type: bool
     default: true
+  scratch_dir:
+    description:
+      - Root's own cache directory for the probe (vLLM's C(modelinfos), Hugging Face, triton,
+        ...), in place of the service's caches the unit environment names. Created 0700, kept
+        between runs; the module fails when another user owns or could change it or a folder
+        above it. Check mode creates nothing; while it does not exist, a temporary directory
+        stands in.
+    type: path
+    default: /var/cache/gpuserve/preflight
   cache_dir:
     description:
       - Directory of the verdict cache (created 0700, owned by the user running the module). An
@@ -103,7 +120,8 @@ options:
         size, mtime and inode; every installed distribution's C(RECORD)), the same C(*.json) and
         C(*.py)/C(*.jinja) files in the model's and drafter's directories (also when named inside
         a JSON argument such as C(--speculative-config)), the same bytes of every file the argv
-        names (C(--chat-template), C(--config) and what it names, C(--tool-parser-plugin)), the
+        names (C(--chat-template), C(--config) and what it names at any depth, read as YAML,
+        C(--tool-parser-plugin)), the
         same interpreter, unit environment, environment and GPUs, and the same collection code
         returns it in well under a second (RV(cached)). Any change judges again.
       - Refusals, skips, crashes and verdicts with a check not run are never stored. Check mode reads the cache but never
@@ -203,6 +221,23 @@ cache:
   returned: when O(cache_dir) is set
   type: str
   sample: "stored in /var/lib/gpuserve/vllm_preflight/3f5c....json"
+boundary:
+  description:
+    - What of the unit environment the probe did not take as it is. C(redirected) lists the cache
+      variables (C(name), the C(service) value, the C(probe) value under O(scratch_dir)),
+      C(left_out) the variables the probe ran without (C(name), C(reason)). A secret's value is
+      never shown.
+  returned: always, except when the module fails before the probe
+  type: dict
+  sample:
+    scratch_dir: /var/cache/gpuserve/preflight
+    redirected:
+      - name: VLLM_CACHE_ROOT
+        service: /var/cache/vllm/vllm
+        probe: /var/cache/gpuserve/preflight/vllm
+    left_out:
+      - name: PYTHONPYCACHEPREFIX
+        reason: "PYTHONPYCACHEPREFIX=/var/cache/vllm/pycache names code or bytecode a child interpreter would load; root's interpreters never take it"
 cache_key:
   description: The key the verdict is (or would be) stored under.
   returned: when O(cache_dir) is set and the fingerprint could be taken
@@ -220,6 +255,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _pyenv
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import (
+    _preflight_boundary as boundary,
     _preflight_cache as cache,
     _preflight_key,
     _preflight_probe,
@@ -311,6 +347,7 @@ def main() -> None:
             "unit_environment": {"type": "list", "elements": "str", "default": [],
                                  "no_log": True},
             "cuda_stub": {"type": "bool", "default": True},
+            "scratch_dir": {"type": "path", "default": boundary.SCRATCH_DIR},
         },
         supports_check_mode=True,
     )
@@ -323,9 +360,22 @@ def main() -> None:
         module.fail_json(msg=problem)
     argv = params["argv"]
     try:
-        env = unit_environment(params["unit_environment"])
+        unit_env = unit_environment(params["unit_environment"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
+    # Check mode creates nothing: without the scratch directory, this run's caches go to the
+    # module's own temp directory (the verdict cache then misses: its key names the directory).
+    scratch = params["scratch_dir"]
+    if module.check_mode and not os.path.isdir(scratch):
+        scratch = os.path.join(module.tmpdir, "scratch")
+    try:
+        boundary.prepare_scratch(scratch, _pyenv.path_problem)
+    except boundary.ScratchError as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg=f"the preflight's scratch directory {scratch} cannot be created: {exc}")
+    crossing = boundary.probe_environment(unit_env, _pyenv.path_problem, scratch)
+    env = crossing.env
     started = time.monotonic()
     key, before, note = "", None, ""
     if params["cache_dir"]:
@@ -336,16 +386,18 @@ def main() -> None:
                                   env)
             entry, note = cache.read_entry(params["cache_dir"], key)
             if entry is not None:
-                module.exit_json(changed=False, **cache.cached_result(
-                    entry, key, time.monotonic() - started))
+                module.exit_json(changed=False, boundary=crossing.report(scratch),
+                                 **cache.cached_result(entry, key, time.monotonic() - started))
     request = {"argv": argv, "compute_capability": params["compute_capability"],
                "variables": flag_variables(argv, params["extra_flags"]),
-               "cuda_stub": params["cuda_stub"]}
+               "cuda_stub": params["cuda_stub"],
+               "unread_models": boundary.unread_models(
+                   _preflight_key.checkpoints(argv, _preflight_key.config_file(argv)), os.path.isdir)}
     result = run_probe(params["python"], request, params["timeout"], PROBE, env)
     if params["cache_dir"]:
         stored = store(module, key, before, result, env) if key else note
         result.update(cache=(note + "; " if note and key else "") + stored, cache_key=key)
-    result.update(changed=False, cached=False)
+    result.update(changed=False, cached=False, boundary=crossing.report(scratch))
     if result.pop("crashed", False):
         module.fail_json(msg=f"the vLLM preflight probe crashed: {result.get('error')}", **result)
     if result.get("skipped"):

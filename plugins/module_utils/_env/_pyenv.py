@@ -157,8 +157,37 @@ def pin_name(requirement: str) -> str:
 # -I: PYTHON* variables, the user site and the script's (or the working) directory are ignored;
 # -B: nothing is written into the environment's __pycache__ folders.
 ISOLATED_FLAGS = ("-I", "-B")
-# Set for the interpreter's children too (they do not inherit -I): no user site, no bytecode.
-_ISOLATED_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+# Set for the interpreter's children too (they do not inherit -I; vLLM starts
+# `sys.executable -m vllm.model_executor.models.registry`): no script or working directory on
+# sys.path, no user site, no bytecode written.
+_ISOLATED_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+# The only PYTHON* variables extra_env may set: they change how output is encoded or shown, never
+# which code runs. Every other one (PYTHONPATH, PYTHONHOME, PYTHONSTARTUP, PYTHONUSERBASE,
+# PYTHONPYCACHEPREFIX, PYTHONEXECUTABLE, PYTHONPLATLIBDIR, PYTHONBREAKPOINT, ...) names code or
+# bytecode to load; a child without -I would honour it while the parent (-I) did not.
+HARMLESS_PYTHON_ENV = frozenset({"PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONUTF8",
+                                 "PYTHONFAULTHANDLER", "PYTHONWARNINGS", "PYTHONHASHSEED"})
+
+
+def isolated_environment(extra_env: t.Mapping[str, str] | None = None,
+                         environ: t.Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """The environment changes of isolated_call, and the names of extra_env it dropped.
+
+    Every PYTHON* variable of the caller is blanked (an empty one counts as unset), the
+    isolation's own are set, and extra_env is added except the PYTHON* variables that could
+    decide which code a child interpreter runs: those are dropped, always (nothing root runs
+    needs them, and the caller's own are blanked the same way).
+    """
+    environ = os.environ if environ is None else environ
+    changes = {name: "" for name in environ if name.startswith("PYTHON")}
+    dropped = []
+    for name, value in (extra_env or {}).items():
+        if name.startswith("PYTHON") and name not in HARMLESS_PYTHON_ENV:
+            dropped.append(name)
+            continue
+        changes[name] = value
+    changes.update(_ISOLATED_ENV)
+    return changes, sorted(dropped)
 
 
 class UntrustedInterpreter(ValueError):
@@ -249,16 +278,15 @@ def isolated_call(python: str, args: t.Sequence[str] = (),
     """The argv and the environment changes for running python as root, after refusing it when
     another user could change what it runs (UntrustedInterpreter).
 
-    The changes blank every PYTHON* variable of the caller (the children of python do not get -I)
-    and add extra_env: pass them as run_command's environ_update, or as env=dict(os.environ, **changes).
+    The changes (isolated_environment) blank every PYTHON* variable of the caller, keep the
+    children of python (which do not get -I) isolated too, and add extra_env without the PYTHON*
+    variables that name code: pass them as run_command's environ_update, or as
+    env=dict(os.environ, **changes).
     """
     problem = untrusted_interpreter(python)
     if problem:
         raise UntrustedInterpreter(problem)
-    environ = os.environ if environ is None else environ
-    changes = {name: "" for name in environ if name.startswith("PYTHON")}
-    changes.update(_ISOLATED_ENV)
-    changes.update(extra_env or {})
+    changes, _dropped = isolated_environment(extra_env, environ)
     return [python, *ISOLATED_FLAGS, *args], changes
 
 

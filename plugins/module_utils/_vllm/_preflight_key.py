@@ -19,9 +19,15 @@ reads only, a fraction of a second. What it reads:
   every string of a JSON argument (`--speculative-config={"model": ...}`), at any depth;
 - every local file the command line names the same way (`--chat-template`, `--config`,
   `--tool-parser-plugin`, ...): its bytes (up to READ_LIMIT; a larger file, a GGUF model say,
-  by path, size, mtime and inode), and the files and directories a `--config` file names;
+  by path, size, mtime and inode), and the files and directories a `--config` file (or any
+  YAML/JSON file named) names at any depth, read as YAML/JSON: without PyYAML a YAML file's
+  values are unknown and the verdict is uncacheable;
 - the interpreter, the VLLM_/HF_/TRANSFORMERS_/CUDA_ environment (secrets left out), and the
   node's GPUs and driver as /proc/driver/nvidia shows them.
+
+No cache content is read or needed: the probe's caches (vLLM's `modelinfos`, Hugging Face's)
+are root's own scratch directories (_preflight_boundary), never the service's, so nothing the
+service user writes is a verdict input outside this key.
 
 Stdlib only, no Ansible imports.
 """
@@ -40,17 +46,40 @@ SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 CHECKPOINT_SUFFIXES = (".json", ".py", ".jinja")
 READ_LIMIT = 4 << 20  # bytes of a named file hashed; a larger one is keyed by its stat
 CONFIG_FLAG = "--config"
+STRUCTURED_SUFFIXES = (".yaml", ".yml", ".json")  # a named file read for what it names in turn
+NAMED_DEPTH = 3  # files named by files named by the argv, at most
 NVIDIA_PROC = "/proc/driver/nvidia"
 
 
-def checkpoints(argv: t.Sequence[str]) -> dict[str, str]:
+def _config_checkpoints(config: t.Any) -> dict[str, str]:
+    """The model and drafter a parsed `--config` file names (`model`, `speculative-config`'s
+    `model`, as a mapping or a JSON string; `_` spellings too)."""
+    found: dict[str, str] = {}
+    if not isinstance(config, dict):
+        return found
+    items = {str(k).replace("_", "-"): v for k, v in config.items()}
+    if isinstance(items.get("model"), str) and items["model"]:
+        found["model"] = items["model"]
+    spec = items.get("speculative-config")
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            spec = None
+    if isinstance(spec, dict) and spec.get("model"):
+        found["drafter"] = str(spec["model"])
+    return found
+
+
+def checkpoints(argv: t.Sequence[str], config: t.Any = None) -> dict[str, str]:
     """The model and drafter a `vllm serve` argv names: {"model": path, "drafter": path}.
 
     The model is the positional after `serve` or `--model`; the drafter is the `model` of
-    `--speculative-config` (JSON, or the dotted `--speculative-config.model`).
+    `--speculative-config` (JSON, or the dotted `--speculative-config.model`). config, the
+    parsed `--config` file, names them too; the command line wins, as in vLLM.
     """
     argv = [str(a) for a in argv]
-    found: dict[str, str] = {}
+    found: dict[str, str] = _config_checkpoints(config)
     if len(argv) > 2 and argv[1] == "serve" and not argv[2].startswith("-"):
         found["model"] = argv[2]
     for at, arg in enumerate(argv):
@@ -82,46 +111,87 @@ def _strings(value: t.Any) -> t.Iterator[str]:
             yield from _strings(item)
 
 
-def _config_values(path: str) -> list[str]:
-    """The values of a `vllm serve --config` YAML file's top-level `key: value` lines.
-
-    Read line by line (stdlib only): enough to find the paths it names, which is all the key
-    needs; the file's own bytes are keyed as well.
-    """
-    values = []
+def load_structured(path: str) -> tuple[t.Any, str]:
+    """A YAML or JSON file's content (YAML through PyYAML, which vLLM needs for `--config` and
+    so its env has); (None, why) when PyYAML is missing: what the file names is then unknown.
+    A file that does not parse gives (None, ""): its bytes are keyed, it names nothing vLLM
+    could follow."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read(READ_LIMIT).splitlines()
+        with open(path, "rb") as handle:
+            data = handle.read(READ_LIMIT)
     except OSError:
-        return []
-    for line in lines:
-        if line.startswith((" ", "\t", "#", "-")) or ":" not in line:
-            continue
-        value = line.partition(":")[2].split(" #")[0].strip().strip("'\"")
-        if value:
-            values.append(value)
-    return values
+        return None, ""
+    if path.endswith(".json"):
+        try:
+            return json.loads(data), ""
+        except ValueError:
+            return None, ""
+    try:
+        import yaml
+    except ImportError:
+        return None, (f"PyYAML is not importable by {sys.executable}, so the values of {path} "
+                      "(a YAML file the command line names) and what they name cannot be keyed")
+    try:
+        return yaml.safe_load(data), ""
+    except yaml.YAMLError:
+        return None, ""
 
 
-def argv_words(argv: t.Sequence[str]) -> list[str]:
-    """What a `vllm serve` argv can name: each word after the program, each `--flag=value`
-    value, each string of a JSON argument, and the values of any `--config` file."""
+def named_words(argv: t.Sequence[str]) -> tuple[list[str], list[str]]:
+    """What a `vllm serve` argv can name, and why that list may be incomplete.
+
+    The words: each word after the program, each `--flag=value` value, each `name=path` path,
+    each string of a JSON argument, and every string at any depth of a `--config` file or of a
+    YAML/JSON file named (read as YAML/JSON, never by lines), down to NAMED_DEPTH files deep.
+    The reasons: a YAML file that could not be read as YAML (no PyYAML).
+    """
     args = [str(a) for a in argv[1:]]
-    words: list[str] = []
+    configs = set()
+    queue: list[tuple[str, int]] = []
     for at, arg in enumerate(args):
         flag, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        word = value if eq else arg
+        queue.append((value if eq else arg, 0))
+        if flag == CONFIG_FLAG:
+            configs.add(value if eq else (args[at + 1] if at + 1 < len(args) else ""))
+    words: list[str] = []
+    reasons: list[str] = []
+    seen: set[tuple[str, int]] = set()
+    while queue:
+        word, depth = queue.pop(0)
+        if not word or (word, depth) in seen:
+            continue
+        seen.add((word, depth))
         words.append(word)
         if word.lstrip().startswith(("{", "[")):
             try:
-                words.extend(_strings(json.loads(word)))
+                queue.extend((w, depth) for w in _strings(json.loads(word)))
             except ValueError:
                 pass
+        elif "=" in word:
+            queue.append((word.partition("=")[2], depth))  # --lora-modules name=/srv/lora
+        if depth < NAMED_DEPTH and (word in configs or word.endswith(STRUCTURED_SUFFIXES)) \
+                and os.path.isfile(word):
+            content, why = load_structured(word)
+            if why:
+                reasons.append(why)
+            queue.extend((w, depth + 1) for w in _strings(content))
+    return words, reasons
+
+
+def config_file(argv: t.Sequence[str]) -> t.Any:
+    """The parsed `--config` file of argv (None without one, or when it cannot be read)."""
+    args = [str(a) for a in argv]
+    for at, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
         if flag == CONFIG_FLAG:
             path = value if eq else (args[at + 1] if at + 1 < len(args) else "")
-            if os.path.isfile(path):
-                words.extend(_config_values(path))
-    return [w for w in words if w]
+            return load_structured(path)[0] if os.path.isfile(path) else None
+    return None
+
+
+def argv_words(argv: t.Sequence[str]) -> list[str]:
+    """The words of named_words."""
+    return named_words(argv)[0]
 
 
 def local_dirs(argv: t.Sequence[str]) -> list[str]:
@@ -243,10 +313,11 @@ def fingerprint(argv: t.Sequence[str]) -> dict[str, t.Any]:
     result["vllm"] = {root: tree_digest(root) for root in roots}
     if not roots:
         result["uncacheable"].append("vLLM is not importable by this interpreter")
-    for role, path in sorted(checkpoints(argv).items()):
+    for role, path in sorted(checkpoints(argv, config_file(argv)).items()):
         if not os.path.isdir(path):
             result["uncacheable"].append(f"the {role} {path} is not a local directory (what "
                                          "vLLM would read from it cannot be fingerprinted)")
+    result["uncacheable"].extend(named_words(argv)[1])
     result["checkpoints"] = {path: checkpoint_digest(path) for path in local_dirs(argv)}
     result["files"] = {path: file_digest(path) for path in local_files(argv)}
     return result

@@ -390,9 +390,16 @@ class Probe:
         later.append("attention-backend-target")
         args = self.guarded(["parser"], self.parse)
         self.lap("parser")
-        if args is None:
-            why = ("vLLM's parser refused the command line" if self.problems
-                   else "the parser check did not run")
+        unread = dict(self.request.get("unread_models") or {})
+        if args is None or unread:
+            why = ("vLLM's parser refused the command line" if args is None and self.problems
+                   else "the parser check did not run" if args is None else
+                   " and ".join(f"the {role} {path}" for role, path in sorted(unread.items()))
+                   + (" are not local directories" if len(unread) > 1 else " is not a local directory")
+                   + ": vLLM would read it from the service's Hugging "
+                   "Face cache, which root's preflight never reads (its own cache is a root-owned "
+                   "scratch directory); give vllm_server_model_path (and the drafter) as local "
+                   "directories for these checks to run")
             for name in later:
                 self.skip(name, f"not judged: {why}")
             return

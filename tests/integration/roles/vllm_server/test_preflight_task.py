@@ -34,6 +34,7 @@ PLAYBOOK = """
       vars:
         vllm_server_preflight_python: {python}
         vllm_server_preflight_cache: false
+        vllm_server_preflight_scratch_dir: {scratch}
         vllm_server_api_key: {key}
         vllm_server_env: {{VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1", NCCL_DEBUG: 'say "hi"'}}
 """
@@ -45,7 +46,7 @@ def test_the_probe_gets_the_env_file_and_the_key_stays_out_of_logs(tmp_path: Pat
                       f'"{tmp_path}/argv"\nexec {sys.executable} "$@"\n')
     python.chmod(0o755)
     play = tmp_path / "play.yml"
-    play.write_text(PLAYBOOK.format(role=ROLE, python=python, key=API_KEY))
+    play.write_text(PLAYBOOK.format(role=ROLE, python=python, key=API_KEY, scratch=tmp_path / "scratch"))
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOCALHOST_WARNING="false",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
     proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
@@ -61,4 +62,10 @@ def test_the_probe_gets_the_env_file_and_the_key_stays_out_of_logs(tmp_path: Pat
     assert seen["VLLM_API_KEY"] == API_KEY and seen["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
     assert seen["NCCL_DEBUG"] == 'say "hi"' and seen["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert API_KEY not in (tmp_path / "argv").read_text()
+    # the service's caches (vllm_server_cache_dir) are never root's: its scratch stands in
+    assert seen["VLLM_CACHE_ROOT"] == str(tmp_path / "scratch" / "vllm")
+    assert seen["HF_HOME"] == str(tmp_path / "scratch" / "huggingface")
+    assert not [name for name, value in seen.items() if "/var/cache/vllm" in value]
+    assert seen.get("PYTHONPYCACHEPREFIX", "") == "" and seen["PYTHONSAFEPATH"] == "1"
+    assert [r["name"] for r in judged["boundary"]["left_out"]] == ["PYTHONPYCACHEPREFIX"]
     assert API_KEY not in proc.stdout + proc.stderr

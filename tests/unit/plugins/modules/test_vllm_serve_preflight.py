@@ -8,18 +8,29 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pwd
 import sys
 import venv
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from module_runner import run_module_main  # noqa: E402
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _preflight_boundary as boundary  # noqa: E402
 from ansible_collections.gpuserve.vllm.plugins.modules import vllm_serve_preflight  # noqa: E402
 
 ARGV = ["/opt/ml-env/bin/vllm", "serve", "/srv/m", "--kv-cache-dtype", "fp8"]
+
+
+@pytest.fixture(autouse=True)
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The scratch directory's default, in this test's own directory (not the machine's)."""
+    path = tmp_path / "gpuserve" / "preflight"
+    monkeypatch.setattr(boundary, "SCRATCH_DIR", str(path))
+    return path
 
 
 def test_skips_without_vllm_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,6 +95,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
             return real(python, request, timeout, source, *([env] if env is not None else []))
         state["judged"] += 1
         state["env"] = env
+        state["request"] = request
         return dict(state["verdict"], seconds=14.0)
 
     monkeypatch.setattr(vllm_serve_preflight, "run_probe", run_probe)
@@ -111,7 +123,8 @@ UNIT_ENV = ['CUDA_DEVICE_ORDER="PCI_BUS_ID"', 'VLLM_API_KEY="s3cret-api-key"', '
 
 
 @pytest.mark.parametrize("change", ["flag", "extra_flags", "capability", "config", "vllm file",
-                                    "chat template", "inline drafter", "unit env"])
+                                    "chat template", "inline drafter", "unit env",
+                                    "drafter in --config"])
 def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
     first_args: dict = {}
     template, drafter = node["tmp"] / "template.jinja", node["tmp"] / "drafter"
@@ -124,6 +137,13 @@ def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, ch
         node["argv"] += [f'--speculative-config={{"method": "eagle3", "model": "{drafter}"}}']
     elif change == "unit env":
         first_args["unit_environment"] = UNIT_ENV
+    elif change == "drafter in --config":
+        # the ml-env has PyYAML (vLLM needs it); without it the verdict is uncacheable (below)
+        (node["site"] / "yaml").symlink_to(Path(yaml.__file__).parent)
+        drafter.mkdir()
+        (drafter / "config.json").write_text('{"hidden_size": 7168}')
+        (node["tmp"] / "serve.yaml").write_text(f"speculative-config:\n  method: eagle3\n  model: {drafter}\n")
+        node["argv"] += ["--config", str(node["tmp"] / "serve.yaml")]
     first = _run(node, monkeypatch, **first_args)
     over: dict = {}
     if change == "flag":
@@ -136,7 +156,7 @@ def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, ch
         (node["tmp"] / "model" / "config.json").write_text('{"model_type": "kimi_k2"}')
     elif change == "chat template":
         template.write_text("{{ messages | first }}")
-    elif change == "inline drafter":
+    elif change in ("inline drafter", "drafter in --config"):
         (drafter / "config.json").write_text('{"hidden_size": 4096}')
     elif change == "unit env":
         over["unit_environment"] = UNIT_ENV[:2] + ['NCCL_DEBUG="INFO"']
@@ -151,9 +171,10 @@ def test_any_change_judges_again(node: dict, monkeypatch: pytest.MonkeyPatch, ch
 
 def test_the_probe_runs_with_the_unit_environment(node: dict,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    result = _run(node, monkeypatch, unit_environment=UNIT_ENV + ['HF_HOME="/srv/hf \\"x\\""'])
-    assert node["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "VLLM_API_KEY": "s3cret-api-key",
-                           "NCCL_DEBUG": "WARN", "HF_HOME": '/srv/hf "x"'}
+    result = _run(node, monkeypatch, unit_environment=UNIT_ENV + ['VLLM_X="/srv/hf \\"x\\""'])
+    assert {k: v for k, v in node["env"].items() if k not in boundary.CACHE_VARIABLES} == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "VLLM_API_KEY": "s3cret-api-key", "NCCL_DEBUG": "WARN",
+        "VLLM_X": '/srv/hf "x"'}
     assert "s3cret-api-key" not in json.dumps(result)
     entry = Path(result["cache"].removeprefix("stored in ")).read_text()
     assert "s3cret-api-key" not in entry
@@ -212,3 +233,70 @@ def test_no_cache_dir_no_cache(node: dict, monkeypatch: pytest.MonkeyPatch) -> N
     _run(node, monkeypatch, cache_dir="")
     result = _run(node, monkeypatch, cache_dir="")
     assert result["cached"] is False and "cache" not in result and node["judged"] == 2
+
+
+# ---- the trust boundary: root's probe never reads what the service user may write -----------
+ROLE_CACHES = ['XDG_CACHE_HOME="{svc}"', 'VLLM_CACHE_ROOT="{svc}/vllm"', 'HF_HOME="{svc}/huggingface"',
+               'TRITON_CACHE_DIR="{svc}/triton"', 'PYTHONPYCACHEPREFIX="{svc}/pycache"',
+               'LD_LIBRARY_PATH="{svc}/lib"', 'NCCL_DEBUG="WARN"']
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_the_services_caches_are_never_the_probes(node: dict, monkeypatch: pytest.MonkeyPatch,
+                                                  scratch: Path) -> None:
+    svc = node["tmp"] / "var-cache-vllm"
+    svc.mkdir()
+    os.chown(svc, pwd.getpwnam("nobody").pw_uid, -1)
+    result = _run(node, monkeypatch, unit_environment=[line.format(svc=svc) for line in ROLE_CACHES])
+    env = node["env"]
+    assert not [value for value in env.values() if str(svc) in value], env
+    assert env["VLLM_CACHE_ROOT"] == str(scratch / "vllm") and env["NCCL_DEBUG"] == "WARN"
+    assert "PYTHONPYCACHEPREFIX" not in env and "LD_LIBRARY_PATH" not in env
+    assert oct(scratch.stat().st_mode & 0o777) == "0o700"
+    report = result["boundary"]
+    assert report["scratch_dir"] == str(scratch)
+    assert {r["name"]: r["probe"] for r in report["redirected"]} == {
+        "XDG_CACHE_HOME": str(scratch / "xdg"), "VLLM_CACHE_ROOT": str(scratch / "vllm"),
+        "HF_HOME": str(scratch / "huggingface"), "TRITON_CACHE_DIR": str(scratch / "triton")}
+    assert sorted(r["name"] for r in report["left_out"]) == ["LD_LIBRARY_PATH", "PYTHONPYCACHEPREFIX"]
+    assert _run(node, monkeypatch, unit_environment=[line.format(svc=svc) for line in ROLE_CACHES])[
+        "cached"] is True
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_scratch_directory_another_user_owns_is_refused(node: dict, scratch: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    scratch.mkdir(parents=True, mode=0o700)
+    os.chown(scratch, pwd.getpwnam("nobody").pw_uid, -1)
+    result = _run(node, monkeypatch)
+    assert result["failed"] is True and "scratch directory" in result["msg"]
+    assert node["judged"] == 0
+
+
+def test_check_mode_creates_no_scratch_directory(node: dict, scratch: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _run(node, monkeypatch, _ansible_check_mode=True)
+    assert not scratch.exists() and result["boundary"]["scratch_dir"] != str(scratch)
+    assert node["env"]["VLLM_CACHE_ROOT"].startswith(result["boundary"]["scratch_dir"])
+
+
+def test_a_model_read_from_a_hub_cache_is_not_judged_by_root(node: dict,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = '--speculative-config={"method": "eagle3", "model": "lightseekorg/kimi-k2.5-eagle3"}'
+    _run(node, monkeypatch, argv=node["argv"] + [spec])
+    assert node["request"]["unread_models"] == {"drafter": "lightseekorg/kimi-k2.5-eagle3"}
+    config = node["tmp"] / "serve.yaml"
+    config.write_text("speculative-config:\n  model: lightseekorg/kimi-k2.5-eagle3\n")
+    _run(node, monkeypatch, argv=node["argv"] + ["--config", str(config)])
+    assert node["request"]["unread_models"] == {"drafter": "lightseekorg/kimi-k2.5-eagle3"}
+    _run(node, monkeypatch)
+    assert node["request"]["unread_models"] == {}
+
+
+def test_without_pyyaml_a_config_file_is_judged_every_time(node: dict,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    (node["tmp"] / "serve.yaml").write_text("port: 8000\n")
+    node["argv"] += ["--config", str(node["tmp"] / "serve.yaml")]
+    first = _run(node, monkeypatch)
+    assert "PyYAML is not importable" in first["cache"]
+    assert _run(node, monkeypatch)["cached"] is False and node["judged"] == 2

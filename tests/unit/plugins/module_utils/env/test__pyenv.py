@@ -5,6 +5,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pwd
+import py_compile
 import subprocess
 import sys
 import venv
@@ -324,7 +326,31 @@ def test_isolated_call_flags_and_environment(env: dict[str, Path]) -> None:
                                                   "PATH": "/bin"})
     assert argv == [str(env["python"]), "-I", "-B", "-c", "pass"]
     assert changes == {"PYTHONPATH": "", "PYTHONHOME": "", "PYTHONNOUSERSITE": "1",
-                       "PYTHONDONTWRITEBYTECODE": "1", "VLLM_X": "1"}
+                       "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1", "VLLM_X": "1"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "kept", "dropped"),
+    [
+        ({"VLLM_X": "1", "HF_HOME": "/srv/hf"}, {"VLLM_X": "1", "HF_HOME": "/srv/hf"}, []),
+        ({"PYTHONPATH": "/var/cache/vllm/x"}, {}, ["PYTHONPATH"]),
+        ({"PYTHONPYCACHEPREFIX": "/var/cache/vllm/pycache"}, {}, ["PYTHONPYCACHEPREFIX"]),
+        ({"PYTHONSTARTUP": "/x.py", "PYTHONHOME": "/x", "PYTHONUSERBASE": "/x",
+          "PYTHONEXECUTABLE": "/x", "PYTHONPLATLIBDIR": "x", "PYTHONBREAKPOINT": "x.y"}, {},
+         ["PYTHONBREAKPOINT", "PYTHONEXECUTABLE", "PYTHONHOME", "PYTHONPLATLIBDIR",
+          "PYTHONSTARTUP", "PYTHONUSERBASE"]),
+        # the isolation's own cannot be turned off from extra_env
+        ({"PYTHONSAFEPATH": "", "PYTHONNOUSERSITE": "", "PYTHONDONTWRITEBYTECODE": ""}, {},
+         ["PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH"]),
+        ({"PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8"},
+         {"PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8"}, []),
+    ],
+)
+def test_isolated_environment_drops_what_names_code(extra: dict, kept: dict, dropped: list) -> None:
+    changes, gone = _pyenv.isolated_environment(extra, environ={"PYTHONPATH": "/caller", "PATH": "/bin"})
+    assert gone == dropped
+    assert changes == dict({"PYTHONPATH": "", "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
+                            "PYTHONDONTWRITEBYTECODE": "1"}, **kept)
 
 
 def test_isolated_call_refuses_what_another_user_could_write(env: dict[str, Path]) -> None:
@@ -358,3 +384,69 @@ def test_planted_start_up_code_never_runs_in_an_isolated_call(env: dict[str, Pat
         argv, changes = _pyenv.isolated_call(python, ["-c", child], environ=hostile)
         subprocess.run(argv, env=dict(hostile, **changes), check=True)
     assert not marker.exists()
+
+
+# --- a child of root's interpreter (vLLM's `python -m vllm.model_executor.models.registry`)
+# started without -I, in a node where the service user owns a directory
+
+# Run by the isolated interpreter: the child as vLLM starts it, from the directory given.
+_PARENT = "import subprocess, sys; subprocess.run([sys.executable, '-m', 'pkg.victim'], cwd=%r, check=True)"
+_VICTIM = "open(%r, 'a').write('clean\\n')\n"
+_PLANTED = "open(%r, 'a').write('planted\\n')\n"
+
+
+def _service_dir(path: Path) -> Path:
+    """path and everything below it given to nobody: what the service user could write."""
+    nobody = pwd.getpwnam("nobody")
+    for base, dirs, files in os.walk(path):
+        for name in [base] + [os.path.join(base, n) for n in dirs + files]:
+            os.lchown(name, nobody.pw_uid, nobody.pw_gid)
+    return path
+
+
+def _plant(env: dict[str, Path], tmp_path: Path, how: str) -> tuple[dict[str, str], str]:
+    """Planted code for pkg.victim in a directory the service user owns; the variables (or the
+    working directory) that would lead a child interpreter to it."""
+    svc = tmp_path / "svc"
+    marker = tmp_path / "marker"
+    (svc / "pkg").mkdir(parents=True)
+    (svc / "pkg" / "__init__.py").write_text("")
+    (svc / "pkg" / "victim.py").write_text(_PLANTED % str(marker))
+    extra, cwd = {}, str(tmp_path)
+    if how == "PYTHONPATH":
+        extra["PYTHONPATH"] = str(svc)
+    elif how == "working directory":
+        cwd = str(svc)
+    elif how == "PYTHONPYCACHEPREFIX":
+        # bytecode the child would load in place of the env's own pkg/victim.py (never checked
+        # against its source: an unchecked-hash .pyc)
+        prefix = svc / "pycache"
+        victim = env["pkg"] / "victim.py"
+        pyc = subprocess.run([str(env["python"]), "-c", "import importlib.util as u, sys; "
+                              "print(u.cache_from_source(sys.argv[1]))", str(victim)],
+                             env=dict(os.environ, PYTHONPYCACHEPREFIX=str(prefix)), check=True,
+                             capture_output=True, text=True).stdout.strip()
+        assert pyc.startswith(str(prefix))
+        py_compile.compile(str(svc / "pkg" / "victim.py"), cfile=pyc, dfile=str(victim),
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH, doraise=True)
+        extra["PYTHONPYCACHEPREFIX"] = str(prefix)
+    _service_dir(svc)
+    return extra, cwd
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+@pytest.mark.parametrize("how", ["PYTHONPATH", "PYTHONPYCACHEPREFIX", "working directory"])
+def test_a_child_of_an_isolated_interpreter_never_runs_planted_code(env: dict[str, Path],
+                                                                    tmp_path: Path, how: str) -> None:
+    (env["pkg"] / "victim.py").write_text(_VICTIM % str(tmp_path / "ran"))
+    extra, cwd = _plant(env, tmp_path, how)
+    python, parent = str(env["python"]), _PARENT % cwd
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    # Without the isolation the planted code runs: the attack is real.
+    subprocess.run([python, "-c", parent], env=dict(base_env, **extra), check=True, cwd=tmp_path)
+    assert (tmp_path / "marker").read_text() == "planted\n"
+    (tmp_path / "marker").unlink()
+    argv, changes = _pyenv.isolated_call(python, ["-c", parent], extra)
+    subprocess.run(argv, env=dict(base_env, **changes), check=True, cwd=tmp_path)
+    assert not (tmp_path / "marker").exists()
+    assert (tmp_path / "ran").read_text() == "clean\n"  # the child ran, with the env's own code

@@ -210,3 +210,98 @@ def test_checkpoint_digest_reads_the_chat_template_file(tmp_path: Path) -> None:
     before = vk.checkpoint_digest(str(tmp_path))
     (tmp_path / "chat_template.jinja").write_text("{{ messages | first }}")
     assert vk.checkpoint_digest(str(tmp_path)) != before
+
+
+# ---- nested values of a --config file, read as YAML (issue 35) ------------------------------
+def _drafter(tmp_path: Path) -> Path:
+    drafter = tmp_path / "drafter"
+    drafter.mkdir(exist_ok=True)
+    (drafter / "config.json").write_text('{"hidden_size": 7168}')
+    return drafter
+
+
+@pytest.mark.parametrize("form", ["mapping", "json string", "flow mapping", "list"])
+def test_a_drafter_named_at_depth_two_of_a_config_file_is_keyed(tmp_path: Path, form: str) -> None:
+    drafter = _drafter(tmp_path)
+    config = tmp_path / "serve.yaml"
+    config.write_text({
+        "mapping": f"port: 8000\nspeculative-config:\n  method: eagle3\n  model: {drafter}\n",
+        "json string": f"speculative-config: '{{\"method\": \"eagle3\", \"model\": \"{drafter}\"}}'\n",
+        "flow mapping": f"speculative_config: {{method: eagle3, model: '{drafter}'}}\n",
+        "list": f"lora-modules:\n  - name: a\n    path: {drafter}\n",
+    }[form])
+    argv = ["/v", "serve", str(tmp_path / "m"), "--config", str(config)]
+    assert str(drafter) in vk.local_dirs(argv)
+    before = vk.fingerprint(argv)
+    stamp = (drafter / "config.json").stat().st_mtime_ns
+    (drafter / "config.json").write_text('{"hidden_size": 4096}')
+    os.utime(drafter / "config.json", ns=(stamp, stamp))  # same size and mtime: the bytes differ
+    assert vk.fingerprint(argv) != before
+
+
+def test_a_config_file_the_line_reader_missed(tmp_path: Path) -> None:
+    """What the old line-by-line reader skipped: an indented value, a value after a list dash."""
+    drafter = _drafter(tmp_path)
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"speculative-config:\n    model: {drafter}\n")
+    words, reasons = vk.named_words(["/v", "serve", "--config", str(config)])
+    assert str(drafter) in words and reasons == []
+
+
+@pytest.mark.parametrize(("files", "argv_tail", "reached"), [
+    # a YAML config naming a JSON file naming a directory
+    ({"serve.yaml": "hf-overrides-file: {dir}/extra.json\n", "extra.json": '{{"x": ["{dir}/d"]}}'},
+     ["--config", "{dir}/serve.yaml"], "{dir}/d"),
+    # a JSON file given to a flag
+    ({"spec.json": '{{"model": "{dir}/d"}}'}, ["--speculative-config-file", "{dir}/spec.json"], "{dir}/d"),
+    # name=path
+    ({}, ["--lora-modules", "sql={dir}/d"], "{dir}/d"),
+    # a JSON string inside a YAML value
+    ({"serve.yaml": "speculative-config: '{{\"model\": \"{dir}/d\"}}'\n"},
+     ["--config={dir}/serve.yaml"], "{dir}/d"),
+])
+def test_named_words_follow_yaml_and_json(tmp_path: Path, files: dict, argv_tail: list,
+                                          reached: str) -> None:
+    (tmp_path / "d").mkdir()
+    for name, text in files.items():
+        (tmp_path / name).write_text(text.format(dir=tmp_path))
+    argv = ["/v", "serve", "/srv/m"] + [w.format(dir=tmp_path) for w in argv_tail]
+    assert reached.format(dir=tmp_path) in vk.local_dirs(argv)
+
+
+def test_a_config_that_names_itself_ends(tmp_path: Path) -> None:
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"config: {config}\n")
+    words, _reasons = vk.named_words(["/v", "serve", "--config", str(config)])
+    assert words.count(str(config)) == vk.NAMED_DEPTH + 1
+
+
+def test_without_pyyaml_a_config_file_makes_the_verdict_uncacheable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"speculative-config:\n  model: {_drafter(tmp_path)}\n")
+    argv = ["/v", "serve", str(tmp_path), "--config", str(config)]
+    assert not [r for r in vk.fingerprint(argv)["uncacheable"] if "PyYAML" in r]
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml raises ImportError
+    found = vk.fingerprint(argv)
+    assert [r for r in found["uncacheable"] if "PyYAML is not importable" in r and str(config) in r]
+
+
+@pytest.mark.parametrize(("config", "argv_tail", "found"), [
+    ({"model": "/srv/m2", "speculative-config": {"model": "/srv/d"}}, [],
+     {"model": "/srv/m", "drafter": "/srv/d"}),  # the positional model wins over the file
+    ({"speculative_config": '{"model": "hub/drafter"}'}, [], {"model": "/srv/m", "drafter": "hub/drafter"}),
+    ({"speculative-config": {"model": "/srv/d"}}, ["--speculative-config.model", "/srv/d2"],
+     {"model": "/srv/m", "drafter": "/srv/d2"}),  # the command line wins
+    ("not a mapping", [], {"model": "/srv/m"}),
+])
+def test_checkpoints_named_by_a_config_file(config: object, argv_tail: list, found: dict) -> None:
+    assert vk.checkpoints(["/v", "serve", "/srv/m"] + argv_tail, config) == found
+
+
+def test_a_hub_drafter_named_in_a_config_file_is_uncacheable(tmp_path: Path) -> None:
+    config = tmp_path / "serve.yaml"
+    config.write_text("speculative-config:\n  model: lightseekorg/kimi-k2.5-eagle3\n")
+    found = vk.fingerprint(["/v", "serve", str(tmp_path), "--config", str(config)])
+    assert any("drafter lightseekorg/kimi-k2.5-eagle3 is not a local directory" in r
+               for r in found["uncacheable"])

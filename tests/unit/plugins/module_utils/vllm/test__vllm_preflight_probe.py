@@ -77,3 +77,26 @@ def test_a_file_that_is_no_library_is_no_stub(tmp_path: Path) -> None:
     fake.write_text("not an ELF file")
     assert vp._is_stub(str(fake)) is False
     assert vp.find_cuda_stub([str(tmp_path.parent)]) == ""
+
+
+# ---- a model root's probe would read from the service's Hugging Face cache -----------------
+@pytest.mark.parametrize(("unread", "spec", "not_run"), [
+    ({"model": "moonshotai/Kimi-K2.5"}, False, ["model-config", "attention-backend-target"]),
+    ({"drafter": "lightseekorg/kimi-k2.5-eagle3"}, True,
+     ["model-config", "speculative-config", "attention-backend-target"]),
+    ({}, False, []),
+])
+def test_a_model_that_is_no_local_directory_is_not_judged(unread: dict, spec: bool,
+                                                          not_run: list) -> None:
+    argv = ["/v", "serve", "/srv/m"] + (['--speculative-config={"method": "eagle3"}'] if spec else [])
+    probe = vp.Probe({"argv": argv, "unread_models": unread})
+    judged = []
+    probe.parse = lambda: probe.check("parser", "accepted") or object()  # type: ignore[method-assign]
+    probe.configs = lambda args: judged.append("configs") or (None, None, None)  # type: ignore[method-assign]
+    probe.capability = lambda platform: None  # type: ignore[method-assign]
+    probe.judge(None, {})
+    assert [c["name"] for c in probe.not_run if "Hugging Face cache" in c["reason"]] == not_run
+    assert judged == ([] if unread else ["configs"])
+    assert probe.judged("parser") == vp.PASSED
+    for role, path in unread.items():
+        assert f"the {role} {path} is not a local directory" in probe.not_run[0]["reason"]
