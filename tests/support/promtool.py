@@ -1,0 +1,86 @@
+"""promtool (Prometheus' rule checker and unit-test runner), fetched once into a cache outside the repo.
+
+Usage: python3 tests/support/promtool.py   -> prints the path of promtool (fetching it first if needed).
+Debian's `prometheus` package ships it; only the .deb is downloaded (`apt-get download`, no install,
+so no prometheus service is started on the machine) and only `usr/bin/promtool` is extracted from
+it, into $GPUSERVE_CACHE/promtool (default ~/.cache/gpuserve/promtool). promtool is a static Go
+binary: it needs none of the package's dependencies. On a machine without apt-get, set
+GPUSERVE_PROMTOOL to a promtool binary (2.x or newer).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+PACKAGE = "prometheus"
+
+
+def cache_dir() -> Path:
+    cache = Path(os.environ.get("GPUSERVE_CACHE", Path.home() / ".cache" / "gpuserve"))
+    return cache / "promtool"
+
+
+def _works(binary: Path) -> bool:
+    try:
+        return subprocess.run([str(binary), "--version"], capture_output=True, timeout=60).returncode == 0
+    except OSError:
+        return False
+
+
+def _download_deb(workdir: Path) -> Path:
+    """apt-get download of the package into workdir; one `apt-get update` when the lists lack it."""
+    if shutil.which("apt-get") is None:
+        raise FileNotFoundError(
+            "promtool: this machine has no apt-get to fetch Debian's prometheus package from; "
+            "set GPUSERVE_PROMTOOL to a promtool binary (Prometheus 2.x or newer)")
+    os.chmod(workdir, 0o755)  # apt's _apt user writes there when it can (else it warns, and runs as root)
+    download = ["apt-get", "download", "-q", PACKAGE]
+    first = subprocess.run(download, cwd=workdir, capture_output=True, text=True)
+    if first.returncode != 0:
+        # A fresh machine's package lists may be empty or stale (the .deb's version gone).
+        subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True, text=True)
+        retry = subprocess.run(download, cwd=workdir, capture_output=True, text=True)
+        if retry.returncode != 0:
+            raise RuntimeError(f"promtool: `apt-get download {PACKAGE}` failed after `apt-get update`:\n"
+                               f"{first.stderr}{retry.stderr}")
+    debs = sorted(workdir.glob(f"{PACKAGE}_*.deb"))
+    if not debs:
+        raise FileNotFoundError(f"promtool: `apt-get download {PACKAGE}` left no .deb in {workdir}")
+    return debs[0]
+
+
+def promtool() -> Path:
+    """Path of a working promtool: $GPUSERVE_PROMTOOL, else the cached one, fetched on first use."""
+    override = os.environ.get("GPUSERVE_PROMTOOL")
+    if override:
+        if not _works(Path(override)):
+            raise FileNotFoundError(f"promtool: GPUSERVE_PROMTOOL={override} does not run (`--version` failed)")
+        return Path(override)
+    cache = cache_dir()
+    binary = cache / "promtool"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:  # parallel test runs fetch it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (cache / ".complete").exists() and _works(binary):
+            return binary
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            work = Path(tmp)
+            deb = _download_deb(work)
+            # Only promtool: the package's prometheus binary (50 MB) is not needed.
+            tar = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(work), "./usr/bin/promtool"], input=tar, check=True)
+            extracted = work / "usr" / "bin" / "promtool"
+            if not _works(extracted):
+                raise RuntimeError(f"promtool: the promtool extracted from {deb.name} does not run")
+            os.replace(extracted, binary)
+            (cache / ".complete").write_text(deb.name + "\n")
+        return binary
+
+
+if __name__ == "__main__":
+    print(promtool())
