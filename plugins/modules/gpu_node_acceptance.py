@@ -24,7 +24,11 @@ description:
   - The verdict is V(pass), V(fail), or V(unknown) when evidence is missing (a tool not found,
     an output that cannot be read, no link and no floor given); unknown is not pass.
   - Writes the figures and the verdict as JSON to O(record) (root-owned, 0644, through a synced
-    temporary file renamed into place), also when the node is rejected.
+    temporary file renamed into place), also when the node is rejected, with the key of what was
+    accepted - driver version, kernel release, GPU bus ids and maximum PCIe links, the kernel's
+    IOMMU/ACS arguments and O(nccl_env).
+  - With O(observe=true) it only reads that key and the last record, for the gpu_node role's
+    decision to run acceptance again or not (filter P(gpuserve.vllm.gpu_node_acceptance_plan#filter)).
 author:
   - gpuserve maintainers (@gpuserve)
 options:
@@ -107,6 +111,13 @@ options:
     description: Fail the task with the verdict's reasons unless the verdict is V(pass).
     type: bool
     default: true
+  observe:
+    description:
+      - Run nothing and write nothing - read the GPUs (C(nvidia-smi --query-gpu)), their PCIe links,
+        the kernel release and command line and O(record), and return RV(key), RV(previous) and
+        RV(record_error). Runs in check mode too.
+    type: bool
+    default: false
 notes:
   - Run it as root (C(become=true)) on an idle node; the all-reduce and the diagnostics load every GPU.
   - No GPU was used to develop this module; the floor fractions are calibrated on published
@@ -116,7 +127,9 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: partial
-    details: Check mode runs nothing and writes no record; it reports the record as changed and the verdict V(not_run).
+    details:
+      - Check mode runs nothing and writes no record; it reports the record as changed and the verdict V(not_run).
+      - O(observe=true) only reads, in check mode as well.
   diff_mode:
     support: none
   idempotent:
@@ -141,6 +154,12 @@ EXAMPLES = r"""
     fail_on_reject: false
   become: true
   register: acceptance
+
+- name: Read what the last acceptance was for, without running anything
+  gpuserve.vllm.gpu_node_acceptance:
+    observe: true
+    nccl_env: {NCCL_P2P_DISABLE: "0"}
+  register: observed
 """
 
 RETURN = r"""
@@ -194,6 +213,20 @@ record:
   description: Path of the JSON record.
   returned: always
   type: str
+key:
+  description:
+    - What this acceptance is about, as observed now - driver, kernel, gpus (bus_id, rate_gts, width of the maximum
+      link), iommu_args, nccl_env and the key's version. Stored in the record.
+  returned: always
+  type: dict
+previous:
+  description: The record's content before this run (null when there is none or it cannot be read).
+  returned: when O(observe=true)
+  type: dict
+record_error:
+  description: Why the record could not be read (null when it was read or does not exist).
+  returned: when O(observe=true)
+  type: str
 """
 
 import datetime
@@ -206,6 +239,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _acceptance as acc
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _acceptance_key as acckey
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _dcgmi
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _facts
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_driver
@@ -233,8 +267,49 @@ def read_links(gpus: list[dict[str, t.Any]]) -> list[dict[str, t.Any]]:
             parent = os.path.dirname(os.path.realpath(device))
             if _pci.pci_key(os.path.basename(parent)):
                 upstream = {name: _reader(os.path.join(parent, name)) for name in acc.LINK_ATTRIBUTES}
-        links.append(acc.gpu_link(label, values, upstream))
+        link = acc.gpu_link(label, values, upstream)
+        link["bus_id"] = gpu["bus_id"]
+        links.append(link)
     return links
+
+
+def observed_key(gpus: list[dict[str, t.Any]], links: list[dict[str, t.Any]], env: dict[str, str]) -> dict[str, t.Any]:
+    """The key of what an acceptance proves, read the same way for a run and for observe."""
+    cmdline = _pci.parse_cmdline(_reader(_facts.CMDLINE_FILE) or "")
+    return acckey.acceptance_key(driver_versions=[gpu.get("driver_version") for gpu in gpus],
+                                 kernel_release=os.uname().release, links=links,
+                                 iommu_args=cmdline["iommu_args"], nccl_env=env)
+
+
+def read_record(path: str) -> tuple[t.Any, str | None]:
+    """(content, None), (None, None) when there is no record, (None, why) when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, "%s: %s" % (type(exc).__name__, exc.strerror or exc)
+    try:
+        content = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, "not JSON: %s" % exc
+    if not isinstance(content, dict):
+        return None, "not a JSON object"
+    return content, None
+
+
+def observe(module: AnsibleModule, find: t.Callable[[str], str | None], run: t.Callable[..., tuple[int, str, str]],
+            env: dict[str, str]) -> None:
+    """Exit with the key as observed now and the last record; runs no test, writes nothing."""
+    gpus: list[dict[str, t.Any]] = []
+    nvidia_smi = find("nvidia-smi")
+    if nvidia_smi is not None:
+        gpus = _nvidia_smi.parse_query_output(run(_nvidia_smi.query_argv(nvidia_smi))[1])["gpus"]
+    links = read_links(gpus)
+    previous, error = read_record(module.params["record"])
+    module.exit_json(changed=False, key=observed_key(gpus, links, env), previous=previous, record_error=error,
+                     record=module.params["record"], links=links)
 
 
 def write_record(path: str, record: dict[str, t.Any]) -> None:
@@ -272,6 +347,7 @@ def main() -> None:
             "dcgm_level": {"type": "int", "choices": [1, 2, 3, 4], "default": 2},
             "record": {"type": "path", "default": "/var/lib/gpuserve/acceptance.json"},
             "fail_on_reject": {"type": "bool", "default": True},
+            "observe": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -280,16 +356,19 @@ def main() -> None:
     bad = sorted(key for key in env if not _ENV_NAME_RE.match(key))
     if bad:
         module.fail_json(msg="nccl_env: not environment variable names: %s" % ", ".join(bad))
-    if module.check_mode:
-        module.exit_json(changed=True, verdict=acc.NOT_RUN, record=params["record"], argv=None, links=[],
-                         problems=[], unknowns=[], advisories=[], busbw=None, floor=None, health_source=None,
-                         message="check mode: nothing was run and no record was written")
 
     def run(argv: list[str], environ: dict[str, str] | None = None) -> tuple[int, str, str]:
         return module.run_command(argv, environ_update=dict(environ or {}, LC_ALL="C"))
 
     def find(name: str) -> str | None:
         return name if os.path.isabs(name) and os.access(name, os.X_OK) else module.get_bin_path(name, required=False)
+
+    if params["observe"]:
+        observe(module, find, run, env)
+    if module.check_mode:
+        module.exit_json(changed=True, verdict=acc.NOT_RUN, record=params["record"], argv=None, links=[],
+                         problems=[], unknowns=[], advisories=[], busbw=None, floor=None, health_source=None,
+                         key=None, message="check mode: nothing was run and no record was written")
 
     try:
         facts = _facts.collect(find, run, _reader)
@@ -333,7 +412,7 @@ def main() -> None:
     result = acc.decide(nccl_text=nccl_text, gpus=gpus, expected_gpus=expected, floor=floor, health=health,
                         health_source=source, min_bytes=params["measure_min_bytes"], nccl_rc=nccl_rc,
                         nccl_reason=nccl_reason, health_reason=health_reason)
-    result.update(links=links, argv=argv, record=params["record"])
+    result.update(links=links, argv=argv, record=params["record"], key=observed_key(gpus, links, env))
     record = dict(result, time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   host=socket.gethostname(), nccl_env=env, dcgm_level=params["dcgm_level"] if dcgmi else None,
                   gpus=[{key: gpu[key] for key in ("index", "bus_id", "name", "uuid")} for gpu in gpus])

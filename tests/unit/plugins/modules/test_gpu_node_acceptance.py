@@ -142,3 +142,36 @@ def test_check_mode_runs_nothing(node: t.Callable[..., dict[str, t.Any]], tmp_pa
 def test_bad_environment_names_are_refused(node: t.Callable[..., dict[str, t.Any]]) -> None:
     result = node({"nccl_env": {"NCCL DEBUG": "x"}})
     assert result["failed"] is True and result["msg"] == "nccl_env: not environment variable names: NCCL DEBUG"
+
+
+def test_the_record_holds_the_key_that_observe_reads(node: t.Callable[..., dict[str, t.Any]], tmp_path: Path) -> None:
+    env = {"NCCL_P2P_DISABLE": "0", "NCCL_DEBUG": "WARN"}
+    result = node({"nccl_env": env})
+    assert result["verdict"] == "pass"
+    key = record(result)["key"]
+    assert key["driver"] == "580.95.05" and key["kernel"] == os.uname().release and key["nccl_env"] == env
+    assert key["gpus"][0] == {"bus_id": "0000:03:00", "rate_gts": 16.0, "width": 16} and len(key["gpus"]) == 8
+    assert result["key"] == key
+    (tmp_path / "bin").rename(tmp_path / "bin.run")
+    (tmp_path / "sys").rename(tmp_path / "sys.run")
+    observed = node({"observe": True, "nccl_env": env, "_ansible_check_mode": True})
+    assert observed["changed"] is False and observed["failed"] is False
+    assert observed["key"] == key and observed["previous"]["verdict"] == "pass" and observed["record_error"] is None
+    assert "verdict" not in observed  # nothing was judged
+
+
+def test_observe_runs_nothing_and_sees_a_narrower_link(node: t.Callable[..., dict[str, t.Any]], tmp_path: Path) -> None:
+    observed = node({"observe": True}, width={"84": "8"})
+    assert observed["previous"] is None and observed["record_error"] is None
+    assert {"bus_id": "0000:84:00", "rate_gts": 16.0, "width": 8} in observed["key"]["gpus"]
+    assert not (tmp_path / "double.log").exists() and not (tmp_path / "rec").exists()
+
+
+@pytest.mark.parametrize("content, error", [(b"{not json", "not JSON: "), (b"[1]", "not a JSON object"),
+                                            (b"\xff\xfe", "not JSON: ")])
+def test_observe_says_why_a_record_cannot_be_read(node: t.Callable[..., dict[str, t.Any]], tmp_path: Path,
+                                                  content: bytes, error: str) -> None:
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "acceptance.json").write_bytes(content)
+    observed = node({"observe": True})
+    assert observed["previous"] is None and observed["record_error"].startswith(error)

@@ -107,7 +107,7 @@ def test_wrong_values_and_failures_are_found() -> None:
      "expected the output of all_reduce_perf, found the output of all_gather_perf"),
     (fixture(DCGM4_PCIE_FAIL), "found no rank and no result line; it begins: '\\+---"),
     ("", "found no rank and no result line"),
-    (fixture(P2P_OFF).split("#       size")[0], "listed 8 rank\\(s\\) but printed no result row \\(it stopped"),
+    (fixture(P2P_OFF).split("#       size", maxsplit=1)[0], "listed 8 rank\\(s\\) but printed no result row \\(it stopped"),
 ], ids=["alltoall_perf", "all_gather_perf", "dcgmi", "empty", "no-rows"])
 def test_output_of_something_else_is_refused(text: str, message: str) -> None:
     with pytest.raises(nccl.NcclTestsError, match=message):

@@ -1,0 +1,29 @@
+"""The gpu_node filters: registered names, the role's inputs as Ansible passes them."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuserve.vllm.plugins.filter.gpu_node import FilterModule
+
+FILTERS = FilterModule().filters()
+KEY = {"version": 1, "driver": "580.95.05", "kernel": "6.8.0-60-generic", "gpus": [], "iommu_args": [], "nccl_env": {}}
+OBSERVED = {"changed": False, "key": KEY, "previous": {"verdict": "pass", "time": "t", "key": KEY},
+            "record_error": None, "record": "/var/lib/gpuserve/gpu_node.acceptance.json"}
+
+
+@pytest.mark.parametrize("force, run", [(False, False), ("false", False), (True, True), ("yes", True), ("True", True)])
+def test_plan_from_the_observe_result(force: object, run: bool) -> None:
+    assert FILTERS["gpu_node_acceptance_plan"](OBSERVED, force)["run"] is run
+
+
+def test_plan_names_the_record() -> None:
+    plan = FILTERS["gpu_node_acceptance_plan"](dict(OBSERVED, previous=None))
+    assert plan["reason"] == "never run on this node (no /var/lib/gpuserve/gpu_node.acceptance.json)"
+
+
+@pytest.mark.parametrize("observed", [None, {}, {"key": None}, "pass"])
+def test_plan_refuses_what_is_not_an_observe_result(observed: object) -> None:
+    with pytest.raises(AnsibleFilterError, match="expected the result of gpuserve.vllm.gpu_node_acceptance with observe: true"):
+        FILTERS["gpu_node_acceptance_plan"](observed)
