@@ -27,7 +27,7 @@ def cache_dir() -> Path:
 
 def _works(binary: Path) -> bool:
     try:
-        return subprocess.run([str(binary), "--version"], capture_output=True, timeout=60).returncode == 0
+        return subprocess.run([str(binary), "--version"], capture_output=True, timeout=60, check=False).returncode == 0
     except OSError:
         return False
 
@@ -40,11 +40,11 @@ def _download_deb(workdir: Path) -> Path:
             "set GPUSERVE_PROMTOOL to a promtool binary (Prometheus 2.x or newer)")
     os.chmod(workdir, 0o755)  # apt's _apt user writes there when it can (else it warns, and runs as root)
     download = ["apt-get", "download", "-q", PACKAGE]
-    first = subprocess.run(download, cwd=workdir, capture_output=True, text=True)
+    first = subprocess.run(download, cwd=workdir, capture_output=True, text=True, check=False)
     if first.returncode != 0:
         # A fresh machine's package lists may be empty or stale (the .deb's version gone).
         subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True, text=True)
-        retry = subprocess.run(download, cwd=workdir, capture_output=True, text=True)
+        retry = subprocess.run(download, cwd=workdir, capture_output=True, text=True, check=False)
         if retry.returncode != 0:
             raise RuntimeError(f"promtool: `apt-get download {PACKAGE}` failed after `apt-get update`:\n"
                                f"{first.stderr}{retry.stderr}")
