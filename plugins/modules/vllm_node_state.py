@@ -192,7 +192,7 @@ start_record:
   description:
     - C(path), C(present), C(current) (the record is the running start's own - the same systemd
       InvocationID), C(at) (when it was written, epoch seconds), C(env), C(vllm_version), C(error)
-      (why a record found could not be read). Read only while a server runs.
+      (why a record found could not be read). Only a running server's own record is C(current).
     - C(changed) - with C(current), the names whose fingerprint now differs from the start's, of
       C(unit), C(env_file), C(nccl_conf), C(env_code), C(model), C(drafter).
   returned: always
@@ -326,7 +326,7 @@ def main() -> None:
     health = _read(p["health_url"], p["timeout"], p["tries"], ns.health_view)
     metrics = _read(p["metrics_url"], p["timeout"], p["tries"], ns.metrics_view)
     alive = unit["main_pid"] > 0
-    start_record = ns.start_view(p["start_record"] if alive else "", unit["invocation"], p["model_path"],
+    start_record = ns.start_view(p["start_record"], unit["invocation"] if alive else "", p["model_path"],
                                  p["drafter_path"], p["unit_path"], p["env_file"], p["nccl_conf"])
     module.exit_json(
         changed=False, unit=unit, canary={k: canary[k] for k in ("load_state", "active_state", "sub_state", "main_pid")},

@@ -109,6 +109,7 @@ class Node:
         self.record_current = _bool(record.get("current"))
         self.record_changed = {str(name) for name in (record.get("changed") or [])}
         self.record_error = str(record.get("error") or "")
+        self.record_env = str(record.get("env") or "")
         self.reboot_pending = _bool((raw.get("reboot") or {}).get("pending"))
         self.reboot_reason = str((raw.get("reboot") or {}).get("reason") or "")
         self.journal = self._record("journal")
@@ -476,9 +477,10 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
 
 def _protected(node: Node) -> list[str]:
     """Envs the prune after a switch keeps whatever its `keep` says (it keeps the link's and
-    `.previous`'s itself): the env the process runs, every env a killed run's journal names (its
+    `.previous`'s itself): the env the process runs, the env the last start record names (a
+    server that died may be started again on it), every env a killed run's journal names (its
     `previous` is where a failed start puts `.previous` back) and a rollback hold's."""
-    named = [node.process_env]
+    named = [node.process_env, node.record_env]
     for record, keys in ((node.journal, ("from", "to", "previous", "rollback_to")), (node.hold, ("from", "to"))):
         named += [str((record or {}).get(key) or "") for key in keys]
     return sorted({env for env in named if env})

@@ -378,6 +378,7 @@ OLD = "/opt/ml-env.d/vllm-0.16.0-oooo"
     ("killed after the switch: the journal's previous is where a failed start goes back to", [OLD, A, B]),
     ("rolled back by hand: the hold names both", [A, B]),
     ("nothing runs, no record", []),
+    ("nothing runs, the last start record names the env it ran", [OLD]),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_the_prune_after_a_switch_keeps_every_env_a_record_names(observed, protected):
     states = {
@@ -388,6 +389,8 @@ def test_the_prune_after_a_switch_keeps_every_env_a_record_names(observed, prote
         "rolled back by hand: the hold names both":
             node(link=A, running=A, previous=B, target=B, hold={"from": B, "to": A, "at": "2026-12-01T10:00:00Z"}),
         "nothing runs, no record": node(running=None, target=A),
+        "nothing runs, the last start record names the env it ran":
+            node(running=None, target=A, start_record={"present": True, "current": False, "env": OLD, "changed": []}),
     }
     result = plan(states[observed], UNLISTED)
     assert result["protect"] == sorted(protected)
