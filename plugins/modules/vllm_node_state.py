@@ -194,7 +194,8 @@ start_record:
       InvocationID), C(at) (when it was written, epoch seconds), C(env), C(vllm_version), C(error)
       (why a record found could not be read). Only a running server's own record is C(current).
     - C(changed) - with C(current), the names whose fingerprint now differs from the start's, of
-      C(unit), C(env_file), C(nccl_conf), C(env_code), C(model), C(drafter).
+      C(unit), C(env_file), C(nccl_conf), C(env_code), C(model), C(drafter); C(unreadable) - those
+      whose file could not be read now (with why), neither changed nor unchanged.
   returned: always
   type: dict
 journal:

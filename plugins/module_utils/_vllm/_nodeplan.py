@@ -109,6 +109,7 @@ class Node:
         self.record_current = _bool(record.get("current"))
         self.record_changed = {str(name) for name in (record.get("changed") or [])}
         self.record_error = str(record.get("error") or "")
+        self.record_unreadable = [str(name) for name in (record.get("unreadable") or [])]
         self.record_env = str(record.get("env") or "")
         self.reboot_pending = _bool((raw.get("reboot") or {}).get("pending"))
         self.reboot_reason = str((raw.get("reboot") or {}).get("reason") or "")
@@ -314,6 +315,9 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     desired, kind, reasons = _desired(node, req) if managed else ("", "", [])
     if node.alive and node.record_error:
         reasons = reasons + [f"{node.record_error}: what changed since its start is read from file times"]
+    if node.alive and node.record_unreadable:
+        reasons = reasons + ["could not read " + ", ".join(node.record_unreadable)
+                             + " now: not compared with the start record (no restart for what is not known)"]
     if node.canary_left:
         reasons = reasons + [f"a killed run's canary still runs (pid {node.canary_pid}): stopped first, "
                              "it holds GPU memory a start needs"]

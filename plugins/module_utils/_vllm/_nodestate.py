@@ -124,7 +124,7 @@ def start_view(path: str, invocation: str, model: str, drafter: str, unit: str, 
     record, another start's (the record could not be written), or an unreadable one (`error`):
     the plan then reads the files' times instead."""
     view: dict[str, t.Any] = {"path": path, "present": False, "current": False, "at": None, "env": "",
-                              "vllm_version": "", "changed": [], "error": ""}
+                              "vllm_version": "", "changed": [], "unreadable": [], "error": ""}
     try:
         record = sr.read(path) if path else None
     except sr.RecordError as exc:
@@ -137,6 +137,7 @@ def start_view(path: str, invocation: str, model: str, drafter: str, unit: str, 
     if view["current"]:
         now = sr.fingerprint(unit, env_file, nccl_conf, view["env"], model, drafter)
         view["changed"] = sr.changed(record["fingerprint"], now)
+        view["unreadable"] = [f"{name} ({now[name]})" for name in sr.unreadable(now)]
     return view
 
 

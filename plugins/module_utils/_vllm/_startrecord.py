@@ -136,8 +136,15 @@ def fingerprint(unit: str, env_file: str, nccl_conf: str, env: str, model: str, 
 
 
 def changed(started: t.Mapping[str, t.Any], now: t.Mapping[str, t.Any]) -> list[str]:
-    """The names of FIELDS whose value at the start differs from now's, in FIELDS' order."""
-    return [name for name in FIELDS if str(started.get(name)) != str(now.get(name))]
+    """The names of FIELDS whose value at the start differs from now's, in FIELDS' order. A file
+    that cannot be read now is not a change (unknown is not changed: see unreadable())."""
+    return [name for name in FIELDS if str(started.get(name)) != str(now.get(name))
+            and not str(now.get(name)).startswith("unreadable")]
+
+
+def unreadable(now: t.Mapping[str, t.Any]) -> list[str]:
+    """The names of FIELDS whose file could not be read now: neither changed nor unchanged."""
+    return [name for name in FIELDS if str(now.get(name)).startswith("unreadable")]
 
 
 def make(invocation: str, env: str, files: t.Mapping[str, str], at: float) -> dict[str, t.Any]:

@@ -491,3 +491,11 @@ def test_what_changed_since_the_start_decides_the_restart(name, record_key, in_r
         assert f"{text} changed after the server started" in result["restart_reasons"]
     if record["error"]:
         assert record["error"] + ": what changed since its start is read from file times" in result["line"]
+
+
+def test_a_fingerprint_not_read_now_restarts_nothing_and_is_said():
+    record = {"present": True, "current": True, "changed": [], "error": "",
+              "unreadable": ["nccl_conf (unreadable: Permission denied)"]}
+    result = plan(node(target=A, start_record=record), LISTED)
+    assert result["steps"] == [], result["line"]
+    assert "could not read nccl_conf (unreadable: Permission denied) now: not compared" in result["line"]

@@ -186,3 +186,15 @@ def test_the_script_runs_alone_as_systemd_runs_it(node, tmp_path):
     assert json.load(open(paths["record"], encoding="utf-8"))["invocation"] == "feed"
     assert changed_now(paths, "feed") == []
     assert not list(copy.parent.glob("**/*.pyc"))
+
+
+def test_a_file_that_cannot_be_read_now_is_not_a_change(node, monkeypatch):
+    """Unknown is not changed: a read that fails now restarts nothing, and is said."""
+    _tmp, _site, paths = node
+    record_start(paths)
+    real = sr.file_digest
+    monkeypatch.setattr(sr, "file_digest", lambda path: "unreadable: Permission denied"
+                        if path == paths["env_file"] else real(path))
+    view = ns.start_view(paths["record"], "0123abcd", paths["model"], paths["drafter"], paths["unit"],
+                         paths["env_file"], paths["nccl_conf"])
+    assert view["changed"] == [] and view["unreadable"] == ["env_file (unreadable: Permission denied)"]
