@@ -1,8 +1,8 @@
 # Copyright: gpuserve maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the gpu_node role: whether node acceptance runs again.
+"""Filters of the gpu_node role: the driver's steps, and whether node acceptance runs again.
 
-The decision is table-tested Python (module_utils/_gpu/_acceptance_key.py), not Jinja.
+The decisions are table-tested Python (module_utils/_gpu/_driver_plan.py, _acceptance_key.py), not Jinja.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _acceptance_key as acckey
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _driver_plan
 
 
 def gpu_node_acceptance_plan(observed: t.Any, force: t.Any = False) -> dict[str, t.Any]:
@@ -25,8 +26,25 @@ def gpu_node_acceptance_plan(observed: t.Any, force: t.Any = False) -> dict[str,
                        record=observed.get("record") or "the acceptance record")
 
 
+def gpu_node_driver_plan(observed: t.Any) -> dict[str, t.Any]:
+    """What driver.yml read (apt's check, the driver, the server's unit) -> install, reboot, checks, message."""
+    if not isinstance(observed, dict):
+        raise AnsibleFilterError("gpu_node_driver_plan: expected a dict of what the node shows, got %r" % (observed,))
+    try:
+        return _driver_plan.plan(
+            install_wanted=boolean(observed.get("install_wanted", True), strict=False),
+            packages_change=boolean(observed.get("packages_change", False), strict=False),
+            loaded=observed.get("loaded") or None, installed=observed.get("installed") or None,
+            serving=_driver_plan.serving_from(str(observed.get("server_state") or "")),
+            reboot_allowed=boolean(observed.get("reboot_allowed", False), strict=False),
+            marker=boolean(observed.get("marker", False), strict=False),
+            packages=[str(name) for name in observed.get("packages") or []])
+    except (_driver_plan.DriverPlanError, TypeError) as exc:
+        raise AnsibleFilterError("gpu_node_driver_plan: %s" % exc) from exc
+
+
 class FilterModule:
     """gpuserve.vllm gpu_node filters."""
 
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {"gpu_node_acceptance_plan": gpu_node_acceptance_plan}
+        return {"gpu_node_acceptance_plan": gpu_node_acceptance_plan, "gpu_node_driver_plan": gpu_node_driver_plan}

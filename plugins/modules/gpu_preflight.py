@@ -109,6 +109,14 @@ options:
       - Fail the task when any problem is found. With V(false) the problems are only returned.
     type: bool
     default: true
+  reboot_pending:
+    description:
+      - A new NVIDIA driver is on disk and loads at the next reboot (the gpu_node role's driver plan says so).
+      - When no GPU can be read now, the hardware checks are deferred (RV(deferred)) and only the kernel module on
+        disk, what the node will boot into, is judged (O(min_driver_branch), O(require_open_kernel_modules)). A
+        module missing from disk is a problem. When the GPUs can be read, the running driver is judged as usual.
+    type: bool
+    default: false
 notes:
   - Run it as root (C(become=true)); as an ordinary user C(lspci) cannot read the ACS
     capability and the ACS state is reported as unknown.
@@ -152,6 +160,11 @@ no_gpu_reason:
   sample: nvidia-smi is not installed (not on PATH)
 rehearsal:
   description: True when no GPU was found and O(require_gpu=false), so the hardware checks were skipped.
+  returned: always
+  type: bool
+  sample: false
+deferred:
+  description: True when no GPU was found and O(reboot_pending=true), so the hardware checks wait for the reboot.
   returned: always
   type: bool
   sample: false
@@ -350,6 +363,7 @@ def main() -> None:
             "ignore_xids": {"type": "list", "elements": "int", "default": []},
             "acs": {"type": "str", "choices": list(_pci.ACS_CHOICES), "default": "warn"},
             "fail_on_problems": {"type": "bool", "default": True},
+            "reboot_pending": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -370,12 +384,13 @@ def main() -> None:
     expect: dict[str, t.Any] = {key: params[key] for key in (
         "require_gpu", "expected_gpu_count", "expected_gpu_name", "expected_compute_capability",
         "min_driver_branch", "require_open_kernel_modules", "acs", "allow_mig", "health_action",
-        "ignore_xids")}
+        "ignore_xids", "reboot_pending")}
     problems, advisories = _verdicts.evaluate(facts, expect)
     result: dict[str, t.Any] = dict(facts)
     result.update(
         changed=False,
-        rehearsal=not facts["gpu_present"] and not params["require_gpu"],
+        rehearsal=not facts["gpu_present"] and not params["require_gpu"] and not params["reboot_pending"],
+        deferred=not facts["gpu_present"] and params["reboot_pending"],
         acs_p2p_risk=_verdicts.acs_p2p_risk(facts),
         problems=problems,
         advisories=advisories,

@@ -26,6 +26,13 @@ options:
       - The nvidia-smi command, a name looked up on E(PATH) or a path (a test double in molecule).
     type: str
     default: nvidia-smi
+  next_boot:
+    description:
+      - A new driver is on disk and loads at the next reboot (the gpu_node role's driver plan says so). When no
+        kernel module is loaded, the version of the module on disk (C(modinfo -F version nvidia)) is the driver
+        judged, said so in RV(driver_version_source); nvidia-smi is not asked.
+    type: bool
+    default: false
 author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
@@ -100,7 +107,8 @@ _reader = _nvidia_driver.read_text_file
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"}},
+        argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+                       "next_boot": {"type": "bool", "default": False}},
         supports_check_mode=True,
     )
 
@@ -114,7 +122,8 @@ def main() -> None:
         return module.get_bin_path(name, required=False)
 
     facts: dict[str, t.Any] = _nvidia_driver.driver_facts(
-        find, run, _reader, _nvidia_driver.libcuda_version, nvidia_smi=module.params["nvidia_smi"])
+        find, run, _reader, _nvidia_driver.libcuda_version, nvidia_smi=module.params["nvidia_smi"],
+        next_boot=module.params["next_boot"])
     module.exit_json(changed=False, **facts)
 
 

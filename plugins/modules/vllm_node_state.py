@@ -207,7 +207,7 @@ hold:
   returned: always
   type: dict
 reboot:
-  description: C(pending), C(reason).
+  description: C(pending), C(reason), C(install) (the driver packages gpu_node staged; the serve play installs them on the stopped node before the reboot).
   returned: always
   type: dict
 health:

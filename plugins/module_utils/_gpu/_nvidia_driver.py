@@ -162,13 +162,17 @@ def kernel_module(find: Finder, run: Runner, read: Reader) -> dict[str, t.Any]:
     return module
 
 
+NEXT_BOOT_SOURCE = "modinfo nvidia (on disk, loads at the next reboot)"
+
+
 def driver_facts(find: Finder, run: Runner, read: Reader, cuda_query: CudaQuery,
                  nvidia_smi: str = "nvidia-smi", listed_version: str | None = None,
-                 module: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+                 module: dict[str, t.Any] | None = None, next_boot: bool = False) -> dict[str, t.Any]:
     """Driver version and supported CUDA, each with its source; ``reason`` says why one is missing.
 
     ``listed_version`` is a driver version nvidia-smi already printed (the preflight's query);
-    ``module`` the result of kernel_module when the caller has it.
+    ``module`` the result of kernel_module when the caller has it. ``next_boot``: a new driver is
+    on disk and loads at the next reboot; with no module loaded, the one on disk is judged.
     """
     module = module if module is not None else kernel_module(find, run, read)
     facts: dict[str, t.Any] = {"driver_version": None, "driver_version_source": None,
@@ -179,7 +183,9 @@ def driver_facts(find: Finder, run: Runner, read: Reader, cuda_query: CudaQuery,
         facts.update(driver_version=module["version"], driver_version_source=DRIVER_VERSION_FILE)
     else:
         reasons.append("%s is missing (no NVIDIA kernel module loaded)" % DRIVER_VERSION_FILE)
-        if listed_version:
+        if next_boot and module["installed_version"]:
+            facts.update(driver_version=module["installed_version"], driver_version_source=NEXT_BOOT_SOURCE)
+        elif listed_version:
             facts.update(driver_version=listed_version, driver_version_source="nvidia-smi --query-gpu")
         else:
             binary = find(nvidia_smi)

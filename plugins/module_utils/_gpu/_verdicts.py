@@ -12,6 +12,7 @@ import typing as t
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _pci as pci
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_driver as drv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nvidia_smi as smi
 
 HEALTH_CHOICES = ("fail", "warn")
 _OPEN_FIX = ("install the open kernel modules of the same branch (Ubuntu: nvidia-driver-%s-server-open; "
@@ -268,14 +269,36 @@ def _pcie(facts: dict[str, t.Any], expect: dict[str, t.Any]) -> tuple[list[dict[
     return problems, advisories
 
 
+def _deferred(facts: dict[str, t.Any], expect: dict[str, t.Any]) -> tuple[list[dict[str, str]], list[str]]:
+    """A new driver on disk waits for its reboot: judge the module the node will boot into."""
+    version = facts["kernel_module"]["installed_version"]
+    if not version:
+        return [_problem(
+            "driver_pending", "require_gpu",
+            "a reboot into a new NVIDIA driver is due, but `modinfo nvidia` finds no NVIDIA kernel module on "
+            "disk (%s): the driver packages built no module for the running kernel. Read the DKMS build log "
+            "(/var/lib/dkms/nvidia/*/build/make.log) and `dkms status`, fix it and run again; the node was not "
+            "rebooted into a driver that cannot load." % facts["no_gpu_reason"])], []
+    on_disk = dict(facts, driver_version=version, driver_branch=smi.driver_branch(version))
+    problems, advisories = _driver(on_disk, expect)
+    advisories.append(
+        "the NVIDIA driver %s on disk is not loaded yet (%s): judged as what the node boots into (branch, "
+        "open kernel module); the GPU checks (count, names, health, links) run after the reboot."
+        % (version, facts["no_gpu_reason"]))
+    return problems, advisories
+
+
 def evaluate(facts: dict[str, t.Any], expect: dict[str, t.Any]) -> tuple[list[dict[str, str]], list[str]]:
     """Problems (refusals, each naming the option that relaxes it) and advisories for the facts.
 
     ``expect`` keys: require_gpu, expected_gpu_count, expected_gpu_name,
     expected_compute_capability, min_driver_branch, require_open_kernel_modules, acs
-    (warn|fail|ignore), allow_mig, health_action (fail|warn), ignore_xids. None is not checked.
+    (warn|fail|ignore), allow_mig, health_action (fail|warn), ignore_xids, reboot_pending (a new
+    driver is on disk and loads at the next reboot). None is not checked.
     """
     if not facts["gpu_present"]:
+        if expect.get("reboot_pending"):
+            return _deferred(facts, expect)
         problems = _no_gpu(facts, expect)
         advisories = []
         if not problems and facts.get("pci_nvidia_gpus"):

@@ -158,14 +158,20 @@ def read_record(path: str) -> dict[str, t.Any] | None:
 
 
 def reboot_view(path: str) -> dict[str, t.Any]:
+    """The reboot gpu_node left for the serve play: its reason, and the staged packages to install first.
+
+    The file's first line is the reason; a line ``install: <package> ...`` names the driver packages
+    gpu_node downloaded but did not install because the server ran (installed on the stopped node).
+    """
     if not path or not os.path.exists(path):
-        return {"pending": False, "reason": ""}
+        return {"pending": False, "reason": "", "install": []}
     try:
         with open(path, encoding="utf-8") as handle:
-            reason = handle.readline().strip()
+            lines = handle.read().splitlines()
     except OSError as exc:
-        reason = f"unreadable: {exc}"
-    return {"pending": True, "reason": reason}
+        return {"pending": True, "reason": f"unreadable: {exc}", "install": []}
+    install = [name for line in lines[1:] if line.startswith("install:") for name in line[len("install:"):].split()]
+    return {"pending": True, "reason": lines[0].strip() if lines else "", "install": install}
 
 
 def gauges(text: str) -> dict[str, t.Any]:

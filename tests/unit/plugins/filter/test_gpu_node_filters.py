@@ -27,3 +27,21 @@ def test_plan_names_the_record() -> None:
 def test_plan_refuses_what_is_not_an_observe_result(observed: object) -> None:
     with pytest.raises(AnsibleFilterError, match="expected the result of gpuserve.vllm.gpu_node_acceptance with observe: true"):
         FILTERS["gpu_node_acceptance_plan"](observed)
+
+
+def test_driver_plan_from_what_driver_yml_reads() -> None:
+    # As the role hands it over: apt's check, nvidia_driver_facts, systemctl's ActiveState (stripped).
+    observed = {"install_wanted": True, "packages_change": True, "loaded": "580.82.07", "installed": "580.82.07",
+                "server_state": "active", "reboot_allowed": True, "marker": True,
+                "packages": ["nvidia-driver-580-server-open"]}
+    assert FILTERS["gpu_node_driver_plan"](observed)["install"] == "stage"
+    assert FILTERS["gpu_node_driver_plan"](dict(observed, server_state="inactive"))["install"] == "now"
+    # systemctl could not answer: taken as serving
+    assert FILTERS["gpu_node_driver_plan"](dict(observed, server_state=""))["install"] == "stage"
+    assert FILTERS["gpu_node_driver_plan"](dict(observed, loaded=None, installed="", reboot_allowed="false",
+                                                server_state="failed"))["checks"] == "deferred"
+
+
+def test_driver_plan_refuses_what_is_not_a_dict() -> None:
+    with pytest.raises(AnsibleFilterError, match="gpu_node_driver_plan: expected a dict"):
+        FILTERS["gpu_node_driver_plan"]("active")

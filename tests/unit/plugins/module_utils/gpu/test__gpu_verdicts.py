@@ -164,3 +164,34 @@ def test_no_acs_risk_with_nvlink_or_a_single_gpu() -> None:
     facts = Node(lspci="lspci-vvv-acs-enabled.txt").collect()
     facts["gpu_count"] = 1
     assert gv.acs_p2p_risk(facts) is False
+
+
+# A new driver on disk that this run does not reboot into (gpu_node's driver plan: checks deferred).
+MISMATCH = dict(smi_fail="nvidia-smi-driver-library-mismatch-580.txt", smi_rc=18, proc_version=None)
+
+
+@pytest.mark.parametrize("node, overrides, codes, fragments", [
+    # the module on disk is judged: fine, the GPU checks wait for the reboot
+    (Node(**MISMATCH), {}, [], []),
+    (Node(**MISMATCH, modversion="modinfo-version-575.txt"), {}, ["driver_branch"],
+     ["575.57.08 is branch 575, below the required branch 580"]),
+    (Node(**MISMATCH, license="modinfo-license-proprietary.txt"), {}, ["kernel_module"], ["proprietary"]),
+    # the packages built no module for this kernel: a problem, not a reboot into nothing
+    (Node(**MISMATCH, modinfo=False), {}, ["driver_pending"], ["finds no NVIDIA kernel module on disk", "DKMS"]),
+])
+def test_a_pending_driver_is_judged_on_disk(node: Node, overrides: dict[str, t.Any], codes: list[str],
+                                            fragments: list[str]) -> None:
+    facts = node.collect()
+    assert not facts["gpu_present"]
+    problems, advisories = gv.evaluate(facts, dict(EXPECT_RTX_PRO_6000, reboot_pending=True, **overrides))
+    assert [problem["code"] for problem in problems] == codes
+    for fragment in fragments:
+        assert fragment in " ".join(problem["message"] for problem in problems)
+    if not codes:
+        assert any("on disk is not loaded yet" in advisory and "Driver/library version mismatch" in advisory
+                   for advisory in advisories), advisories
+
+
+def test_without_a_pending_reboot_the_same_node_is_refused() -> None:
+    problems, _advisories = gv.evaluate(Node(**MISMATCH).collect(), EXPECT_RTX_PRO_6000)
+    assert [problem["code"] for problem in problems] == ["gpus_not_served"]

@@ -144,3 +144,19 @@ def test_read_text_file_reads_or_says_none(tmp_path: t.Any) -> None:
     assert drv.read_text_file(str(version)).startswith("NVRM version: NVIDIA UNIX Open")
     assert drv.read_text_file(str(tmp_path / "missing")) is None
     assert drv.read_text_file(str(tmp_path)) is None  # a directory: unreadable as text
+
+
+def test_driver_facts_judge_the_module_on_disk_when_it_loads_at_the_next_reboot() -> None:
+    node = Node(proc_version=None, smi_fail="nvidia-smi-driver-library-mismatch-580.txt", smi_rc=18)
+    assert drv.driver_facts(node.find, node.run, node.read, node.cuda_query)["cuda_version"] is None
+    node.calls.clear()
+    facts = drv.driver_facts(node.find, node.run, node.read, node.cuda_query, next_boot=True)
+    assert (facts["driver_version"], facts["driver_version_source"]) == ("580.95.05", drv.NEXT_BOOT_SOURCE)
+    assert (facts["cuda_version"], facts["reason"]) == ("13.0", None)
+    assert not [call for call in node.calls if call[0].endswith("nvidia-smi")]
+
+
+def test_a_loaded_driver_wins_over_next_boot() -> None:
+    node = Node(modversion="modinfo-version-575.txt")
+    facts = drv.driver_facts(node.find, node.run, node.read, node.cuda_query, next_boot=True)
+    assert (facts["driver_version"], facts["driver_version_source"]) == ("580.95.05", "/proc/driver/nvidia/version")

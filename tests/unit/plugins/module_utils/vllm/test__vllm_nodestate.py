@@ -128,3 +128,27 @@ def test_gpu_memory_rows():
     text = "0, 97887, 9120\n1, 97887, 9004\n2, 97887, [Unknown Error]\n"
     assert parse_memory_csv(text) == [{"index": 0, "total_mib": 97887, "free_mib": 9120},
                                       {"index": 1, "total_mib": 97887, "free_mib": 9004}]
+
+
+@pytest.mark.parametrize("content, reason, install", [
+    # written by gpu_node's handler (kernel command line) and by releases before staging
+    ("new kernel command line (gpuserve.vllm.gpu_node)\n", "new kernel command line (gpuserve.vllm.gpu_node)", []),
+    ("new kernel command line or NVIDIA driver (gpuserve.vllm.gpu_node)\n",
+     "new kernel command line or NVIDIA driver (gpuserve.vllm.gpu_node)", []),
+    # written by gpu_node's driver.yml on a serving node
+    ("NVIDIA driver staged: nvidia-driver-590-server-open nvidia-utils-590-server (gpuserve.vllm.gpu_node)\n"
+     "install: nvidia-driver-590-server-open nvidia-utils-590-server\n",
+     "NVIDIA driver staged: nvidia-driver-590-server-open nvidia-utils-590-server (gpuserve.vllm.gpu_node)",
+     ["nvidia-driver-590-server-open", "nvidia-utils-590-server"]),
+    ("", "", []),
+])
+def test_reboot_view_reads_the_reason_and_the_staged_packages(
+        tmp_path, content: str, reason: str, install: list[str]) -> None:
+    marker = tmp_path / "reboot-pending"
+    marker.write_text(content, encoding="utf-8")
+    assert ns.reboot_view(str(marker)) == {"pending": True, "reason": reason, "install": install}
+
+
+def test_reboot_view_without_a_request(tmp_path) -> None:
+    assert ns.reboot_view(str(tmp_path / "reboot-pending")) == {"pending": False, "reason": "", "install": []}
+    assert ns.reboot_view("") == {"pending": False, "reason": "", "install": []}

@@ -1,0 +1,102 @@
+"""Tables for plugins/module_utils/_gpu/_driver_plan.py: what gpu_node does about the driver.
+
+The invariant under every row: packages are installed now only where nothing serves, a serving
+node reboots only in the serve play (drained), and unknown is treated as serving.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _driver_plan as dp
+
+NEW, OLD = "580.95.05", "580.82.07"
+
+
+def plan(**kw: object) -> dict[str, object]:
+    args = dict(install_wanted=True, packages_change=False, loaded=OLD, installed=OLD, serving="inactive",
+                reboot_allowed=True, marker=True, packages=("nvidia-driver-580-server-open",))
+    args.update(kw)
+    return dp.plan(**args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kw, install, reboot, checks, pending", [
+    # nothing to do
+    ({}, "no", "no", "now", False),
+    ({"install_wanted": False, "packages_change": True}, "no", "no", "now", False),
+    ({"loaded": None, "installed": None}, "no", "no", "now", False),
+    # bare node (no driver loaded, none on disk), nothing serves: install and reboot now
+    ({"packages_change": True, "loaded": None, "installed": None}, "now", "now", "now", False),
+    # ... without leave to reboot: installed, checks judge the module on disk
+    ({"packages_change": True, "loaded": None, "installed": None, "reboot_allowed": False},
+     "now", "operator", "deferred", True),
+    # a serving node: staged, the serve play installs and reboots drained
+    ({"packages_change": True, "serving": "active"}, "stage", "serve_play", "now", True),
+    ({"packages_change": True, "serving": "unknown"}, "stage", "serve_play", "now", True),
+    # ... but nobody would install it (role alone, or no leave to reboot): held
+    ({"packages_change": True, "serving": "active", "marker": False}, "held", "no", "now", True),
+    ({"packages_change": True, "serving": "active", "reboot_allowed": False}, "held", "no", "now", True),
+    # a module on disk that is not loaded (a killed run, an install by hand)
+    ({"installed": NEW}, "no", "now", "now", False),
+    ({"installed": NEW, "loaded": None}, "no", "now", "now", False),
+    ({"installed": NEW, "reboot_allowed": False}, "no", "operator", "deferred", True),
+    ({"installed": NEW, "serving": "active"}, "no", "serve_play", "deferred", True),
+    ({"installed": NEW, "serving": "active", "marker": False}, "no", "operator", "deferred", True),
+    # userland already swapped under a running server, and a new package on top: staged, drained
+    ({"installed": NEW, "packages_change": True, "serving": "active"}, "stage", "serve_play", "deferred", True),
+    ({"installed": NEW, "packages_change": True, "serving": "active", "marker": False},
+     "held", "operator", "deferred", True),
+])
+def test_plan(kw: dict[str, object], install: str, reboot: str, checks: str, pending: bool) -> None:
+    got = plan(**kw)
+    assert (got["install"], got["reboot"], got["checks"], got["pending"]) == (install, reboot, checks, pending), got
+
+
+@pytest.mark.parametrize("values", list(itertools.product(
+    [True, False], [True, False], [None, OLD], [None, OLD, NEW], list(dp.SERVING_STATES), [True, False], [True, False])))
+def test_invariants_over_every_input(values: tuple[object, ...]) -> None:
+    wanted, change, loaded, installed, serving, allowed, marker = values
+    got = plan(install_wanted=wanted, packages_change=change, loaded=loaded, installed=installed,
+               serving=serving, reboot_allowed=allowed, marker=marker)
+    idle = serving == "inactive"
+    # The userland changes only where nothing serves; a serving node never reboots outside the serve play.
+    assert got["install"] != "now" or idle
+    assert got["reboot"] != "now" or (idle and allowed)
+    assert got["reboot"] != "serve_play" or (allowed and marker and not idle)
+    # Staged packages always have a serve play that installs them.
+    assert got["install"] != "stage" or got["reboot"] == "serve_play"
+    # Nothing asked, nothing different on disk: nothing happens.
+    if not (wanted and change) and not (installed and installed != loaded):
+        assert (got["install"], got["reboot"], got["pending"]) == ("no", "no", False)
+    assert got["message"]
+
+
+@pytest.mark.parametrize("kw, fragments", [
+    ({"packages_change": True, "serving": "active"},
+     ["the server runs", "nvidia-driver-580-server-open downloaded only (staged)", "drained"]),
+    ({"packages_change": True, "serving": "unknown", "marker": False},
+     ["could not be read (taken as running)", "held, nothing installed", "gpu_node_reboot_allowed: true and run site.yml"]),
+    ({"installed": NEW, "reboot_allowed": False},
+     ["kernel module 580.95.05 is installed, driver 580.82.07 loaded", "maintenance window"]),
+    ({"packages_change": True, "loaded": None, "installed": None}, ["installing", "nothing serves", "rebooting now"]),
+    ({}, ["up to date (driver 580.82.07 loaded)"]),
+])
+def test_message_says_what_and_why(kw: dict[str, object], fragments: list[str]) -> None:
+    message = plan(**kw)["message"]
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+@pytest.mark.parametrize("state, serving", [
+    ("active", "active"), ("activating", "active"), ("deactivating", "active"), ("reloading", "active"),
+    ("inactive", "inactive"), ("failed", "inactive"), ("", "unknown"), ("  \n", "unknown"),
+])
+def test_serving_from_active_state(state: str, serving: str) -> None:
+    assert dp.serving_from(state) == serving
+
+
+def test_refuses_a_serving_state_it_does_not_know() -> None:
+    with pytest.raises(dp.DriverPlanError, match="serving must be one of"):
+        plan(serving="running")
