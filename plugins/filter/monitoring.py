@@ -11,6 +11,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._monitor import _status as ms
 from ansible_collections.gpuserve.vllm.plugins.module_utils._monitor import _targets as mt
 
 
@@ -23,10 +24,20 @@ def monitoring_scrape_configs(nodes: t.Sequence[t.Mapping[str, t.Any]], routers:
         raise AnsibleFilterError(f"monitoring_scrape_configs: {exc}") from exc
 
 
+def fleet_status_table(nodes: t.Sequence[t.Mapping[str, t.Any]], now: t.Any) -> dict[str, t.Any]:
+    """[{name, state, routers, error}] | fleet_status_table(now) -> {rows, lines, summary}."""
+    try:
+        when = float(now)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"fleet_status_table: now must be epoch seconds, found {now!r}") from exc
+    return ms.table(list(nodes or []), when)
+
+
 class FilterModule:
     """gpuserve.vllm filters for monitoring."""
 
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
             "monitoring_scrape_configs": monitoring_scrape_configs,
+            "fleet_status_table": fleet_status_table,
         }
