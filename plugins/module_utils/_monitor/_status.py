@@ -88,12 +88,12 @@ def row(node: t.Mapping[str, t.Any], now: float) -> dict[str, str]:
     """One node's cells. node: {name, state (vllm_node_state's result), routers (vllm_router_node_view), error}."""
     name = str(node.get("name") or "")
     state = node.get("state") or {}
-    routers = " ".join(_router(v) for v in node.get("routers") or []) or NONE
+    routers = " ".join(_router(v) for v in node.get("routers") or [])
     if node.get("error") or not state or state.get("failed"):
-        error = str(node.get("error") or state.get("msg") or "no reading")
         cells = dict.fromkeys(COLUMNS, UNKNOWN)
-        cells.update(node=name, health=f"{UNKNOWN} ({error.splitlines()[0][:60]})", routers=routers)
+        cells.update(node=name, routers=routers or UNKNOWN)
         return cells
+    routers = routers or NONE
     record = state.get("start_record") or {}
     process = state.get("process") or {}
     metrics = state.get("metrics") or {}
@@ -115,17 +115,27 @@ def row(node: t.Mapping[str, t.Any], now: float) -> dict[str, str]:
     return cells
 
 
+def note(node: t.Mapping[str, t.Any]) -> str:
+    """Why a node has no reading ('' when it has one): the first line of the error."""
+    state = node.get("state") or {}
+    if not (node.get("error") or not state or state.get("failed")):
+        return ""
+    error = str(node.get("error") or state.get("msg") or "no reading").strip() or "no reading"
+    return f"{node.get('name')}: {error.splitlines()[0]}"
+
+
 def table(nodes: t.Sequence[t.Mapping[str, t.Any]], now: float) -> dict[str, t.Any]:
-    """{'rows': [cells], 'lines': [header, rule, row..., summary], 'summary': str}."""
-    rows = [row(node, now) for node in sorted(nodes, key=lambda n: str(n.get("name") or ""))]
+    """{'rows': [cells], 'lines': [header, rule, row..., summary, why each '?' node has no reading], 'summary': str}."""
+    nodes = sorted(nodes, key=lambda n: str(n.get("name") or ""))
+    rows = [row(node, now) for node in nodes]
     widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in COLUMNS}
     def line(cells: t.Mapping[str, str]) -> str:
         return "  ".join(cells[c].ljust(widths[c]) for c in COLUMNS).rstrip()
     healthy = sum(1 for r in rows if r["health"] == "healthy")
-    unknown = sum(1 for r in rows if r["health"].startswith(UNKNOWN))
+    unknown = sum(1 for r in rows if r["health"] == UNKNOWN)
     pending = sum(1 for r in rows if r["restart pending"] not in (NONE, UNKNOWN))
     summary = (f"{len(rows)} node(s): {healthy} healthy, {len(rows) - healthy - unknown} not healthy, {unknown} unknown; "
                f"{pending} with a restart pending")
     lines = [line(dict(zip(COLUMNS, COLUMNS))), "  ".join("-" * widths[c] for c in COLUMNS)]
-    lines += [line(r) for r in rows] + [summary]
+    lines += [line(r) for r in rows] + [summary] + [n for n in (note(node) for node in nodes) if n]
     return {"rows": rows, "lines": lines, "summary": summary}

@@ -74,9 +74,14 @@ def test_cells(state: dict, routers: list, column: str, expected: str) -> None:
 
 
 def test_a_node_that_did_not_answer() -> None:
-    cells = ms.row({"name": "gpu07", "error": "Failed to connect to the host via ssh: timed out\nmore"}, NOW)
-    assert cells["health"] == "? (Failed to connect to the host via ssh: timed out)"
-    assert {cells[c] for c in ms.COLUMNS if c not in ("node", "health", "routers")} == {"?"}
+    node = {"name": "gpu07", "error": "Failed to connect to the host via ssh: timed out\nmore"}
+    cells = ms.row(node, NOW)
+    assert {cells[c] for c in ms.COLUMNS if c != "node"} == {"?"}
+    assert ms.table([node], NOW)["lines"][-1] == "gpu07: Failed to connect to the host via ssh: timed out"
+    # A module that failed on the node (its result registered): the same, with the module's message.
+    assert ms.note({"name": "gpu08", "state": {"failed": True, "msg": "systemctl show vllm.service failed (rc 1)"}}) == \
+        "gpu08: systemctl show vllm.service failed (rc 1)"
+    assert ms.note({"name": "gpu01", "state": SERVING}) == ""
 
 
 def test_table_lines_and_summary() -> None:
@@ -89,3 +94,4 @@ def test_table_lines_and_summary() -> None:
     assert [line.split()[0] for line in result["lines"][2:5]] == ["gpu01", "gpu02", "gpu03"]
     assert len({len(line) for line in result["lines"][:2]}) == 1  # the rule is as wide as the header
     assert result["summary"] == "3 node(s): 1 healthy, 1 not healthy, 1 unknown; 1 with a restart pending"
+    assert result["lines"][5:] == [result["summary"], "gpu03: unreachable"]
