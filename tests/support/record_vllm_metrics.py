@@ -62,7 +62,7 @@ def main() -> int:
             if step % 20 == 0:
                 iteration.prompt_token_stats.computed = iteration.prompt_token_stats.total = 2048 + rng.randrange(4096)
                 iteration.time_to_first_tokens_iter.append(0.4 + rng.random() * 1.5)
-            iteration.inter_token_latencies_iter.extend(0.018 + rng.random() * 0.02 for _ in range(running))
+            iteration.inter_token_latencies_iter.extend(0.018 + rng.random() * 0.02 for _token in range(running))
             logger.record(sched, iteration, None, engine)
     sys.stdout.write(f"# Produced by tests/support/record_vllm_metrics.py with vLLM {vllm.__version__}'s own "
                      "PrometheusStatLogger and prometheus_client (no model, no GPU; see its docstring).\n")

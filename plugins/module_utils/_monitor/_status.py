@@ -129,6 +129,7 @@ def table(nodes: t.Sequence[t.Mapping[str, t.Any]], now: float) -> dict[str, t.A
     nodes = sorted(nodes, key=lambda n: str(n.get("name") or ""))
     rows = [row(node, now) for node in nodes]
     widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in COLUMNS}
+
     def line(cells: t.Mapping[str, str]) -> str:
         return "  ".join(cells[c].ljust(widths[c]) for c in COLUMNS).rstrip()
     healthy = sum(1 for r in rows if r["health"] == "healthy")

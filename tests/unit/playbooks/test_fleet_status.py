@@ -51,7 +51,7 @@ def _free_port() -> int:
 
 @pytest.fixture(name="served")
 def fixture_served():
-    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _VllmDouble) for _ in range(2)]
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _VllmDouble) for _index in range(2)]
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     yield [server.server_address[1] for server in servers]
@@ -61,7 +61,7 @@ def fixture_served():
 
 
 def test_fleet_status_16_nodes_check_mode(tmp_path: Path, served: list[int]) -> None:
-    ports = served + [_free_port() for _ in range(14)]
+    ports = served + [_free_port() for _index in range(14)]
     lines = ["[gpu_nodes]"]
     for index, port in enumerate(ports, start=1):
         lines.append(f"gpu{index:02d} ansible_connection=local ansible_become=false ansible_python_interpreter={os.sys.executable} "
