@@ -191,7 +191,8 @@ files:
 start_record:
   description:
     - C(path), C(present), C(current) (the record is the running start's own - the same systemd
-      InvocationID), C(at) (when it was written, epoch seconds), C(env), C(vllm_version), C(error)
+      InvocationID), C(at) (when it was written, epoch seconds), C(env), C(vllm_version), C(model) and
+      C(drafter) (the revisions that start loaded - real path and manifest digest or commits), C(error)
       (why a record found could not be read). Only a running server's own record is C(current).
     - C(changed) - with C(current), the names whose fingerprint now differs from the start's, of
       C(unit), C(env_file), C(nccl_conf), C(env_code), C(model), C(drafter); C(unreadable) - those
@@ -218,6 +219,9 @@ metrics:
   description:
     - C(reachable) (the gauges were read), C(known) (read, or known to have nothing - nothing listens or no gauges).
     - C(running), C(waiting), C(progress) (token counters summed), C(error), C(tries).
+    - C(kv_cache_usage) (the fullest engine's, a fraction; null when not exported) and C(spec_decode)
+      (C(drafts), C(draft_tokens), C(accepted_tokens) since the server started, summed over engines;
+      null without speculative decoding).
   returned: always
   type: dict
 gpus:

@@ -1,11 +1,13 @@
-"""promtool (Prometheus' rule checker and unit-test runner), fetched once into a cache outside the repo.
+"""promtool and the prometheus server from Debian's package, fetched once into a cache outside the repo.
 
-Usage: python3 tests/support/promtool.py   -> prints the path of promtool (fetching it first if needed).
-Debian's `prometheus` package ships it; only the .deb is downloaded (`apt-get download`, no install,
-so no prometheus service is started on the machine) and only `usr/bin/promtool` is extracted from
-it, into $GPUSERVE_CACHE/promtool (default ~/.cache/gpuserve/promtool). promtool is a static Go
-binary: it needs none of the package's dependencies. On a machine without apt-get, set
-GPUSERVE_PROMTOOL to a promtool binary (2.x or newer).
+Usage: python3 tests/support/promtool.py [prometheus]  -> prints the path of promtool (or of the
+prometheus server binary), fetching it first if needed.
+Debian's `prometheus` package ships both; only the .deb is downloaded (`apt-get download`, no
+install, so no prometheus service is started on the machine) and only `usr/bin/promtool` and
+`usr/bin/prometheus` are extracted from it, into $GPUSERVE_CACHE/promtool (default
+~/.cache/gpuserve/promtool). Both are static Go binaries: they need none of the package's
+dependencies. On a machine without apt-get, set GPUSERVE_PROMTOOL (and GPUSERVE_PROMETHEUS) to the
+binaries (2.x or newer).
 """
 
 from __future__ import annotations
@@ -54,33 +56,50 @@ def _download_deb(workdir: Path) -> Path:
     return debs[0]
 
 
-def promtool() -> Path:
-    """Path of a working promtool: $GPUSERVE_PROMTOOL, else the cached one, fetched on first use."""
-    override = os.environ.get("GPUSERVE_PROMTOOL")
+BINARIES = ("promtool", "prometheus")
+# The cache holds both binaries once this marker exists (.complete alone: an older cache, promtool only).
+COMPLETE = ".complete-promtool-prometheus"
+
+
+def _binary(name: str, override_var: str) -> Path:
+    """Path of a working `name`: $override_var, else the cached one, fetched on first use."""
+    override = os.environ.get(override_var)
     if override:
         if not _works(Path(override)):
-            raise FileNotFoundError(f"promtool: GPUSERVE_PROMTOOL={override} does not run (`--version` failed)")
+            raise FileNotFoundError(f"{name}: {override_var}={override} does not run (`--version` failed)")
         return Path(override)
     cache = cache_dir()
-    binary = cache / "promtool"
+    binary = cache / name
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / ".lock", "w") as lock:  # parallel test runs fetch it once
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (cache / ".complete").exists() and _works(binary):
+        if (cache / COMPLETE).exists() and _works(binary):
             return binary
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             work = Path(tmp)
             deb = _download_deb(work)
-            # Only promtool: the package's prometheus binary (50 MB) is not needed.
             tar = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], check=True, capture_output=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(work), "./usr/bin/promtool"], input=tar, check=True)
-            extracted = work / "usr" / "bin" / "promtool"
-            if not _works(extracted):
-                raise RuntimeError(f"promtool: the promtool extracted from {deb.name} does not run")
-            os.replace(extracted, binary)
-            (cache / ".complete").write_text(deb.name + "\n")
+            subprocess.run(["tar", "-x", "-C", str(work)] + [f"./usr/bin/{b}" for b in BINARIES], input=tar, check=True)
+            for each in BINARIES:
+                extracted = work / "usr" / "bin" / each
+                if not _works(extracted):
+                    raise RuntimeError(f"{each}: the {each} extracted from {deb.name} does not run")
+                os.replace(extracted, cache / each)
+            (cache / COMPLETE).write_text(deb.name + "\n")
         return binary
 
 
+def promtool() -> Path:
+    """Path of a working promtool: $GPUSERVE_PROMTOOL, else the cached one, fetched on first use."""
+    return _binary("promtool", "GPUSERVE_PROMTOOL")
+
+
+def prometheus() -> Path:
+    """Path of a working prometheus server: $GPUSERVE_PROMETHEUS, else the cached one (same .deb)."""
+    return _binary("prometheus", "GPUSERVE_PROMETHEUS")
+
+
 if __name__ == "__main__":
-    print(promtool())
+    import sys
+
+    print(prometheus() if sys.argv[1:] == ["prometheus"] else promtool())

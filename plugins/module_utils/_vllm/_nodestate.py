@@ -20,12 +20,14 @@ import typing as t
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _store as es
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _startrecord as sr
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._metrics import parse_prometheus
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._metrics import parse_prometheus, spec_decode_counters
 
 UNIT_FIELDS = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts",
                "ExecMainStartTimestampMonotonic", "InvocationID")
 GAUGE_RUNNING = "vllm:num_requests_running"
 GAUGE_WAITING = "vllm:num_requests_waiting"
+# KV-cache usage per engine, a fraction (1 = full); the node's is its fullest engine's.
+GAUGE_KV = "vllm:kv_cache_usage_perc"
 # Counters that grow while the engine makes progress on any request (prefill or decode).
 PROGRESS_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
 
@@ -124,7 +126,8 @@ def start_view(path: str, invocation: str, model: str, drafter: str, unit: str, 
     record, another start's (the record could not be written), or an unreadable one (`error`):
     the plan then reads the files' times instead."""
     view: dict[str, t.Any] = {"path": path, "present": False, "current": False, "at": None, "env": "",
-                              "vllm_version": "", "changed": [], "unreadable": [], "error": ""}
+                              "vllm_version": "", "model": "", "drafter": "", "changed": [], "unreadable": [],
+                              "error": ""}
     try:
         record = sr.read(path) if path else None
     except sr.RecordError as exc:
@@ -133,6 +136,8 @@ def start_view(path: str, invocation: str, model: str, drafter: str, unit: str, 
         return view
     view.update(present=True, at=record.get("at"), env=str(record.get("env") or ""),
                 vllm_version=str(record.get("vllm_version") or ""),
+                model=str((record.get("fingerprint") or {}).get("model") or ""),
+                drafter=str((record.get("fingerprint") or {}).get("drafter") or ""),
                 current=bool(invocation) and record.get("invocation") == invocation)
     if view["current"]:
         now = sr.fingerprint(unit, env_file, nccl_conf, view["env"], model, drafter)
@@ -184,11 +189,16 @@ def gauges(text: str) -> dict[str, t.Any]:
 
     running, waiting = total(GAUGE_RUNNING), total(GAUGE_WAITING)
     counters = [total(name) for name in PROGRESS_COUNTERS]
+    kv = [value for _labels, value in samples.get(GAUGE_KV, [])]
+    spec = spec_decode_counters(text)
     return {
         "present": running is not None or waiting is not None,
         "running": running or 0.0,
         "waiting": waiting or 0.0,
         "progress": sum(c for c in counters if c is not None) if any(c is not None for c in counters) else None,
+        "kv_cache_usage": max(kv) if kv else None,
+        # Since the server started (the counters'): drafts, draft tokens, accepted tokens; None without spec decoding.
+        "spec_decode": {k: spec[k] for k in ("drafts", "draft_tokens", "accepted_tokens")} if spec["present"] else None,
     }
 
 
@@ -224,7 +234,8 @@ def metrics_view(status: int | None, text: str, kind: str, tries: int) -> dict[s
     """/metrics as the plan and the drain read it. `reachable`: the gauges were read; `known`:
     either that, or it is known there is nothing to read (nothing listens, or no gauges)."""
     view: dict[str, t.Any] = {"reachable": False, "known": kind == "refused", "running": 0.0,
-                              "waiting": 0.0, "progress": None, "error": "", "tries": tries}
+                              "waiting": 0.0, "progress": None, "kv_cache_usage": None, "spec_decode": None,
+                              "error": "", "tries": tries}
     if status == 200:
         view.update(gauges(text))
         view["reachable"] = bool(view.pop("present"))

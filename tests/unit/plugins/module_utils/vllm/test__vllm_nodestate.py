@@ -97,8 +97,20 @@ def test_gauges_and_progress():
             'vllm:num_requests_waiting{engine="0",model_name="kimi-k2.5"} 1.0\n'
             'vllm:prompt_tokens_total{engine="0",model_name="kimi-k2.5"} 1200.0\n'
             'vllm:generation_tokens_total{engine="0",model_name="kimi-k2.5"} 34.0\n')
-    assert ns.gauges(text) == {"present": True, "running": 3.0, "waiting": 1.0, "progress": 1234.0}
-    assert ns.gauges("# nothing\n") == {"present": False, "running": 0.0, "waiting": 0.0, "progress": None}
+    assert ns.gauges(text) == {"present": True, "running": 3.0, "waiting": 1.0, "progress": 1234.0,
+                               "kv_cache_usage": None, "spec_decode": None}
+    assert ns.gauges("# nothing\n") == {"present": False, "running": 0.0, "waiting": 0.0, "progress": None,
+                                        "kv_cache_usage": None, "spec_decode": None}
+
+
+def test_gauges_kv_and_spec_decode_from_real_vllm_metrics():
+    """tests/fixtures/monitoring/vllm-0.33.0-metrics.txt: vLLM 0.33.0's own exposition, two engines."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[5] / "tests" / "fixtures" / "monitoring" / "vllm-0.33.0-metrics.txt").read_text()
+    view = ns.gauges(text)
+    assert view["running"] == 54.0 and view["waiting"] == 0.0
+    assert view["kv_cache_usage"] == pytest.approx(0.7247180383253109)  # the fuller of the two engines
+    assert view["spec_decode"] == {"drafts": 21998.0, "draft_tokens": 65994.0, "accepted_tokens": 38561.0}
 
 
 def test_records(tmp_path):

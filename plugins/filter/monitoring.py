@@ -1,0 +1,43 @@
+# Copyright: gpuserve maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters of the monitoring role and fleet_status.yml: Prometheus' scrape targets, the fleet's status table.
+
+The logic is table-tested Python (module_utils/_monitor/_targets.py, _status.py).
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils._monitor import _status as ms
+from ansible_collections.gpuserve.vllm.plugins.module_utils._monitor import _targets as mt
+
+
+def monitoring_scrape_configs(nodes: t.Sequence[t.Mapping[str, t.Any]], routers: t.Sequence[t.Mapping[str, t.Any]] | None = None,
+                              settings: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+    """nodes | monitoring_scrape_configs(routers, settings) -> {scrape_configs, problems}."""
+    try:
+        return mt.scrape_configs(list(nodes or []), list(routers or []), dict(settings or {}))
+    except mt.TargetsError as exc:
+        raise AnsibleFilterError(f"monitoring_scrape_configs: {exc}") from exc
+
+
+def fleet_status_table(nodes: t.Sequence[t.Mapping[str, t.Any]], now: t.Any) -> dict[str, t.Any]:
+    """[{name, state, routers, error}] | fleet_status_table(now) -> {rows, lines, summary}."""
+    try:
+        when = float(now)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"fleet_status_table: now must be epoch seconds, found {now!r}") from exc
+    return ms.table(list(nodes or []), when)
+
+
+class FilterModule:
+    """gpuserve.vllm filters for monitoring."""
+
+    def filters(self) -> dict[str, t.Callable[..., t.Any]]:
+        return {
+            "monitoring_scrape_configs": monitoring_scrape_configs,
+            "fleet_status_table": fleet_status_table,
+        }

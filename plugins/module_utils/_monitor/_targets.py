@@ -1,0 +1,131 @@
+# Private to the gpuserve.vllm collection: not a public API, may change without notice.
+"""Prometheus' scrape configuration of a gpuserve.vllm fleet, generated from the inventory.
+
+One job per kind of target, each target labelled with its inventory name as `instance` (so the
+vLLM, GPU and node series of one node join on `instance`, and the rules' `sum by (instance)`
+reads per node):
+
+    vllm         every GPU node's vLLM /metrics (vllm_server_port)
+    vllm-router  every router's Prometheus listener (vllm_router_prometheus_host:port)
+    node         node_exporter on every GPU node and router (with the GPU textfile on GPU nodes)
+    dcgm         dcgm-exporter on every GPU node (only with gpu_exporter "dcgm")
+    prometheus   Prometheus itself
+
+The job names vllm and vllm-router are the ones the rules match (roles/monitoring/files/rules).
+A target Prometheus cannot reach -- a service bound to loopback on another host -- is a problem
+named in a sentence, never a target that would only read as down.
+
+Stdlib only, Python 3.9+, no Ansible imports.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._net import bare_host, is_loopback
+
+JOBS = ("vllm", "vllm-router", "node", "dcgm", "prometheus")
+GPU_EXPORTERS = ("dcgm", "textfile")
+_ALL_INTERFACES = ("", "0.0.0.0", "::")
+
+
+class TargetsError(Exception):
+    """Input that cannot describe a fleet (a missing name, a port out of range)."""
+
+
+def _port(value: t.Any, what: str) -> int:
+    try:
+        port = int(value)
+    except (TypeError, ValueError) as exc:
+        raise TargetsError(f"{what}: {value!r} is not a port number") from exc
+    if not 0 < port < 65536:
+        raise TargetsError(f"{what}: {port} is not a port number (1-65535)")
+    return port
+
+
+def host_port(host: str, port: int) -> str:
+    """'gpu01:8000', '[fd00::1]:8000'."""
+    host = bare_host(host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _reach(bind: str, address: str, name: str, monitoring_host: str) -> str | None:
+    """The address Prometheus scrapes a service bound to `bind` at; None when it cannot reach it."""
+    bind = bare_host(bind or "")
+    if bind in _ALL_INTERFACES:
+        return address
+    if is_loopback(bind):
+        return "127.0.0.1" if name == monitoring_host else None
+    return bind
+
+
+def scrape_configs(nodes: t.Sequence[t.Mapping[str, t.Any]], routers: t.Sequence[t.Mapping[str, t.Any]],
+                   settings: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """{'scrape_configs': [...], 'problems': [...]} for prometheus.yml.
+
+    nodes:   [{name, address, vllm_host, vllm_port}] -- the GPU nodes
+    routers: [{name, address, prometheus_host, prometheus_port}]
+    settings: monitoring_host (the inventory name Prometheus runs on), gpu_exporter ('dcgm' or
+      'textfile'), node_exporter_port, dcgm_port, prometheus_port, scrape_interval (optional,
+      per job: {'vllm': '5s'}).
+    """
+    monitoring_host = str(settings.get("monitoring_host", ""))
+    gpu_exporter = str(settings.get("gpu_exporter", "textfile"))
+    if gpu_exporter not in GPU_EXPORTERS:
+        raise TargetsError(f"gpu_exporter: {gpu_exporter!r} is neither of {', '.join(GPU_EXPORTERS)}")
+    node_port = _port(settings.get("node_exporter_port", 9100), "node_exporter_port")
+    dcgm_port = _port(settings.get("dcgm_port", 9400), "dcgm_port")
+    self_port = _port(settings.get("prometheus_port", 9090), "prometheus_port")
+    intervals = dict(settings.get("scrape_interval") or {})
+    problems: list[str] = []
+    targets: dict[str, list[dict[str, t.Any]]] = {job: [] for job in JOBS}
+
+    def add(job: str, name: str, address: str, port: int) -> None:
+        targets[job].append({"targets": [host_port(address, port)], "labels": {"instance": name}})
+
+    seen: set[str] = set()
+    for node in nodes:
+        name = str(node.get("name") or "")
+        if not name:
+            raise TargetsError(f"a GPU node without a name: {dict(node)!r}")
+        address = bare_host(str(node.get("address") or name))
+        port = _port(node.get("vllm_port", 8000), f"{name}: vllm_server_port")
+        reach = _reach(str(node.get("vllm_host", "")), address, name, monitoring_host)
+        if reach is None:
+            problems.append(f"{name}: vLLM listens on {node.get('vllm_host')} (vllm_server_host), which Prometheus on "
+                            f"{monitoring_host or 'the monitoring host'} cannot reach; set vllm_server_host to 0.0.0.0 "
+                            "or an address of the node (the routers need that too)")
+        else:
+            add("vllm", name, reach, port)
+        if gpu_exporter == "dcgm":
+            add("dcgm", name, address, dcgm_port)
+        if name not in seen:
+            add("node", name, address, node_port)
+            seen.add(name)
+    for router in routers:
+        name = str(router.get("name") or "")
+        if not name:
+            raise TargetsError(f"a router without a name: {dict(router)!r}")
+        address = bare_host(str(router.get("address") or name))
+        port = _port(router.get("prometheus_port", 29000), f"{name}: vllm_router_prometheus_port")
+        reach = _reach(str(router.get("prometheus_host", "")), address, name, monitoring_host)
+        if reach is None:
+            problems.append(f"{name}: vllm-router's metrics listen on {router.get('prometheus_host')} "
+                            f"(vllm_router_prometheus_host), which Prometheus on {monitoring_host or 'the monitoring host'} "
+                            "cannot reach; set vllm_router_prometheus_host to 0.0.0.0 or an address of the router host")
+        else:
+            add("vllm-router", name, reach, port)
+        if name not in seen:
+            add("node", name, address, node_port)
+            seen.add(name)
+    add("prometheus", monitoring_host or "prometheus", "127.0.0.1", self_port)
+    configs = []
+    for job in JOBS:
+        if not targets[job]:
+            continue
+        config: dict[str, t.Any] = {"job_name": job}
+        if job in intervals:
+            config["scrape_interval"] = str(intervals[job])
+        config["static_configs"] = targets[job]
+        configs.append(config)
+    return {"scrape_configs": configs, "problems": problems}
