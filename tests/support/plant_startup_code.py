@@ -68,7 +68,7 @@ def plant(folder: str, markers: str, report: dict) -> None:
 
 def plant_bytecode(python: str, prefix: str, markers: str, report: dict) -> None:
     """An unchecked .pyc of python's json package in the service's pycache prefix."""
-    found = subprocess.run([python, "-I", "-c", PYC_PATH], env=dict(os.environ, PYTHONPYCACHEPREFIX=prefix),
+    found = subprocess.run([python, "-I", "-X", "pycache_prefix=" + prefix, "-c", PYC_PATH],
                            capture_output=True, text=True, check=True).stdout.split("\n")
     source, pyc = found[0], found[1]
     if pyc in report["planted"]:
