@@ -49,7 +49,7 @@ description:
     and the owner or mode found.
   - With C(--trust-remote-code), a model or drafter directory that another user owns or could
     write, or whose files directly in it (C(config.json), the checkpoint's C(*.py)) another user
-    owns or could write, is not read: vLLM would import the checkpoint's Python as root. The
+    owns or could write, is not read, since vLLM would import the checkpoint's Python as root. The
     checks that build its configs are reported as not run, with the reason, and RV(boundary)
     lists the directory in C(untrusted_checkpoints); the parser check still runs. Give the
     checkpoint to root for those checks to run.

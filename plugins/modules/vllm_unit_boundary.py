@@ -11,10 +11,10 @@ module: vllm_unit_boundary
 short_description: Refuse a vLLM unit environment that makes root load what another user can change
 version_added: 0.2.0
 description:
-  - The vLLM unit runs commands as root before every start (C(ExecStartPre=+)): the start record
+  - The vLLM unit runs commands as root before every start (C(ExecStartPre=+)) - the start record
     script with C(python3 -I -B) and C(nvidia-modprobe) through C(/bin/sh). systemd gives them
     the unit's C(Environment=) and C(EnvironmentFile=) variables, as it gives vLLM, and cannot
-    unset a variable for one command (C(env -i) does not help: the dynamic loader reads
+    unset a variable for one command (C(env -i) does not help, since the dynamic loader reads
     C(LD_PRELOAD) before C(env) runs).
   - So this module fails, naming the variable, its value and why, when a variable that makes the
     dynamic loader, glibc, OpenSSL or the shell load or write a file (C(LD_PRELOAD), C(LD_AUDIT),
@@ -23,7 +23,7 @@ description:
     that a user other than root owns or could write, or a folder on the way to it (for a search
     folder also the entries in it), a relative path or an empty list entry (the working
     directory is the service user's home), or a C($) token the loader expands.
-  - C(PYTHON*) variables are allowed (the role sets C(PYTHONPYCACHEPREFIX) for vLLM): the start
+  - C(PYTHON*) variables are allowed (the role sets C(PYTHONPYCACHEPREFIX) for vLLM), since the start
     record's C(python3 -I) ignores every one, and nothing else run as root there is Python.
   - Also fails when an C(EnvironmentFile=) of O(unit_extra) could be changed by another user, or
     cannot be read as C(NAME=value) lines; its variables are judged as above.

@@ -65,10 +65,10 @@ def _entries(value: str, separators: str) -> list[str]:
 
 
 def _why_entry(entry: str, folders: bool, name: str,
-              writable: t.Callable[[str], str], folder_writable: t.Callable[[str], str]) -> str:
+               writable: t.Callable[[str], str], folder_writable: t.Callable[[str], str]) -> str:
     """Why this one entry lets another user decide what root loads ('' when it does not)."""
-    if entry == "":
-        return "an empty entry means the working directory (the service user's home)"
+    if entry == "":  # in a search path, the working directory; between two libraries, nothing
+        return "an empty entry means the working directory (the service user's home)" if folders else ""
     if "$" in entry:
         return f"{entry!r} holds a $ token the loader expands (such as $ORIGIN)"
     if not entry.startswith("/"):

@@ -36,6 +36,7 @@ def _problems(env: dict[str, str]) -> list[str]:
     {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"},
     {"LD_PRELOAD": "libjemalloc.so.2"},  # a bare name: looked up on the loader's search path
     {"LD_PRELOAD": "/usr/lib/a.so /usr/lib/b.so:/usr/lib/c.so"},
+    {"LD_PRELOAD": "/usr/lib/a.so  /usr/lib/b.so "},  # empty entries between libraries: nothing
     {"LD_LIBRARY_PATH": "/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu"},
     {"LD_LIBRARY_PATH": ""},  # empty: unset for the loader
     {"OPENSSL_CONF": "/etc/ssl/openssl.cnf", "GCONV_PATH": "/usr/lib/gconv"},
