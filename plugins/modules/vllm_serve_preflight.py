@@ -380,7 +380,7 @@ def main() -> None:
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     config = _preflight_key.config_file(argv)
-    problems = boundary.code_problems(boundary.code_files(argv, config), _pyenv.path_problem,
+    problems = boundary.code_problems(boundary.code_files(argv, config), _pyenv.resolved_problem,
                                       flag_variables(argv, params["extra_flags"]))
     if problems:
         module.fail_json(msg="; ".join(problems))

@@ -73,14 +73,14 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._env._pyenv import folder_problem, path_problem
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env._pyenv import folder_problem, resolved_problem
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _unit_boundary
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._preflight import unit_environment
 
 
 def _read_file(path: str, problems: list) -> dict:
     """The variables of an EnvironmentFile=, after refusing one another user could change."""
-    why = path_problem(path)
+    why = resolved_problem(path)
     if why:
         problems.append(f"vllm_server_unit_extra's EnvironmentFile={path}: {why}. Root's "
                         "ExecStartPre commands take its variables: keep it root's, in folders "
@@ -118,7 +118,7 @@ def main() -> None:
     sources += [(_read_file(path, problems), f"EnvironmentFile={path}") for path in files]
     checked = []
     for variables, source in sources:
-        problems += _unit_boundary.root_command_problems(variables, path_problem, folder_problem,
+        problems += _unit_boundary.root_command_problems(variables, resolved_problem, folder_problem,
                                                          source)
         checked += [name for name in variables if name in _unit_boundary.ROOT_LOADED]
     if problems:

@@ -234,20 +234,29 @@ def path_problem(path: str, trusted: t.Collection[int] | None = None) -> str:
     return ""
 
 
+def resolved_problem(path: str, trusted: t.Collection[int] | None = None) -> str:
+    """path_problem for path, then for what it resolves to (a link's target, wherever it is)."""
+    return path_problem(path, trusted) or path_problem(os.path.realpath(path), trusted)
+
+
 def folder_problem(path: str, trusted: t.Collection[int] | None = None) -> str:
-    """path_problem(path), then, for a folder, each entry directly in it (the files a loader or
-    an import picks from there): the first one another user could change; '' when none."""
+    """resolved_problem(path), then, for a folder, each entry directly in it (the files a loader
+    or an import picks from there; a link's target too): the first one another user could
+    change; '' when none."""
     trusted = {0, os.geteuid()} if trusted is None else trusted
-    problem = path_problem(path, trusted)
+    problem = resolved_problem(path, trusted)
     if problem or not os.path.isdir(path):
         return problem
     with os.scandir(path) as found:
         entries = sorted(entry.path for entry in found)
     for entry in entries:
         try:
-            problem = _entry_problem(entry, os.lstat(entry), trusted, ancestor=False)
+            info = os.lstat(entry)
         except FileNotFoundError:
             continue
+        problem = _entry_problem(entry, info, trusted, ancestor=False)
+        if not problem and stat.S_ISLNK(info.st_mode):  # what it picks up is the link's target
+            problem = path_problem(os.path.realpath(entry), trusted)
         if problem:
             return problem
     return ""

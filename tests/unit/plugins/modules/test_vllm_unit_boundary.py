@@ -73,3 +73,20 @@ def test_unit_extra_environment_and_files_are_judged(monkeypatch: pytest.MonkeyP
     env_file.chmod(0o666)
     result = _run(monkeypatch, [], {"EnvironmentFile": str(env_file)})
     assert result["msg"].startswith(f"vllm_server_unit_extra's EnvironmentFile={env_file}: {env_file} is writable by every user")
+
+
+def test_a_root_owned_link_to_what_another_user_could_change_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                                        lib: Path, tmp_path: Path) -> None:
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    target = tmp_path / "open" / "libevil.so"
+    target.write_bytes(b"\x7fELF")
+    link = lib.parent / "libjemalloc.so.2"
+    link.symlink_to(target)
+    result = _run(monkeypatch, [f'LD_PRELOAD="{link}"'])
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"LD_PRELOAD={link} (vllm_server_env): {tmp_path / 'open'} is writable by every user")
+    # a search folder's entry that links out is judged by its target, as the loader follows it
+    result = _run(monkeypatch, [f'LD_LIBRARY_PATH="{lib.parent}"'])
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"LD_LIBRARY_PATH={lib.parent} (vllm_server_env): {tmp_path / 'open'} is writable by every user")
