@@ -49,12 +49,13 @@ def shell_payload(markers: str) -> str:
     return "[ -w %s ] && : > %s/uid-$(id -u)-pid-$$\n" % (markers, markers)
 
 
-def write_files(files: dict, report: dict, key: str) -> None:
-    """Create each path with its content (and its folder); report key as planted, or the error."""
+def write_files(files: dict, report: dict, key: str, mode: str = "x") -> None:
+    """Create each path with its content (and its folder), or append with mode "a"; report key
+    as planted, or the error."""
     try:
         for path, content in files.items():
             os.makedirs(os.path.dirname(path), exist_ok=True)  # the user site need not exist yet
-            with open(path, "x", encoding="utf-8") as handle:
+            with open(path, mode, encoding="utf-8") as handle:
                 handle.write(content)
         report["planted"].append(key)
     except OSError as exc:
@@ -87,7 +88,7 @@ def plant_caches(cache_dir: str, home: str, markers: str, report: dict) -> None:
     entry = os.path.join(cache_dir, "vllm", "modelinfos", "vllm-model_executor-models-llama-LlamaForCausalLM.json")
     write_files({entry: json.dumps({"hash": "planted", "modelinfo": {"planted_by": os.getuid()}})}, report, entry)
     for name in (".profile", ".bashrc"):
-        write_files({os.path.join(home, name): shell_payload(markers)}, report, os.path.join(home, name))
+        write_files({os.path.join(home, name): shell_payload(markers)}, report, os.path.join(home, name), "a")
 
 
 def change_env_file(python: str, report: dict) -> None:
