@@ -43,6 +43,16 @@ description:
     any other variable naming a path another user could change is left out. RV(boundary) lists
     both. A model or drafter that is not a local directory would be read from the service's
     Hugging Face cache, so the checks that need its C(config.json) are reported as not run.
+  - A Python file vLLM imports (C(--tool-parser-plugin), C(--reasoning-parser-plugin), on the
+    command line or in the C(--config) file) is refused before the probe when a user other than
+    root owns or could write it or a folder above it; the message names the variable, the file
+    and the owner or mode found.
+  - With C(--trust-remote-code), a model or drafter directory that another user owns or could
+    write, or whose files directly in it (C(config.json), the checkpoint's C(*.py)) another user
+    owns or could write, is not read, since vLLM would import the checkpoint's Python as root. The
+    checks that build its configs are reported as not run, with the reason, and RV(boundary)
+    lists the directory in C(untrusted_checkpoints); the parser check still runs. Give the
+    checkpoint to root for those checks to run.
   - When vLLM is installed without its dependencies (rehearsals with C(vllm_install_no_deps)),
     it says that it was skipped and why, and does not fail.
 author:
@@ -227,6 +237,9 @@ boundary:
       variables (C(name), the C(service) value, the C(probe) value under O(scratch_dir)),
       C(left_out) the variables the probe ran without (C(name), C(reason)). A secret's value is
       never shown.
+    - C(untrusted_checkpoints) lists the model and drafter (C(role), C(reason)) whose configs
+      were not built because C(--trust-remote-code) would import their Python as root and
+      another user could change it.
   returned: always, except when the module fails before the probe
   type: dict
   sample:
@@ -238,6 +251,9 @@ boundary:
     left_out:
       - name: PYTHONPYCACHEPREFIX
         reason: "PYTHONPYCACHEPREFIX=/var/cache/vllm/pycache names code or bytecode a child interpreter would load; root's interpreters never take it"
+    untrusted_checkpoints:
+      - role: model
+        reason: "/srv/models/Kimi-K2.5 (/srv/models/Kimi-K2.5 is owned by vllm (uid 990))"
 cache_key:
   description: The key the verdict is (or would be) stored under.
   returned: when O(cache_dir) is set and the fingerprint could be taken
@@ -363,6 +379,14 @@ def main() -> None:
         unit_env = unit_environment(params["unit_environment"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
+    config = _preflight_key.config_file(argv)
+    problems = boundary.code_problems(boundary.code_files(argv, config), _pyenv.resolved_problem,
+                                      flag_variables(argv, params["extra_flags"]))
+    if problems:
+        module.fail_json(msg="; ".join(problems))
+    named = _preflight_key.checkpoints(argv, config)
+    untrusted = (boundary.remote_code_models(named, _pyenv.folder_problem, os.path.isdir)
+                 if boundary.trusts_remote_code(argv, config) else {})
     # Check mode creates nothing: without the scratch directory, this run's caches go to the
     # module's own temp directory (the verdict cache then misses: its key names the directory).
     scratch = params["scratch_dir"]
@@ -386,18 +410,18 @@ def main() -> None:
                                   env)
             entry, note = cache.read_entry(params["cache_dir"], key)
             if entry is not None:
-                module.exit_json(changed=False, boundary=crossing.report(scratch),
+                module.exit_json(changed=False, boundary=crossing.report(scratch, untrusted),
                                  **cache.cached_result(entry, key, time.monotonic() - started))
     request = {"argv": argv, "compute_capability": params["compute_capability"],
                "variables": flag_variables(argv, params["extra_flags"]),
                "cuda_stub": params["cuda_stub"],
-               "unread_models": boundary.unread_models(
-                   _preflight_key.checkpoints(argv, _preflight_key.config_file(argv)), os.path.isdir)}
+               "unread_models": boundary.unread_models(named, os.path.isdir),
+               "untrusted_models": untrusted}
     result = run_probe(params["python"], request, params["timeout"], PROBE, env)
     if params["cache_dir"]:
         stored = store(module, key, before, result, env) if key else note
         result.update(cache=(note + "; " if note and key else "") + stored, cache_key=key)
-    result.update(changed=False, cached=False, boundary=crossing.report(scratch))
+    result.update(changed=False, cached=False, boundary=crossing.report(scratch, untrusted))
     if result.pop("crashed", False):
         module.fail_json(msg=f"the vLLM preflight probe crashed: {result.get('error')}", **result)
     if result.get("skipped"):

@@ -11,6 +11,7 @@ interpreter is started with that prefix (shown first), and must not run in the p
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pwd
 import py_compile
@@ -90,3 +91,50 @@ def test_the_registry_child_never_loads_the_services_bytecode(tmp_path: Path) ->
     assert sorted(p.name for p in svc.iterdir()) == ["planted_init.py", "pycache"]  # nothing written there
     assert "PYTHONPYCACHEPREFIX" in [r["name"] for r in result["boundary"]["left_out"]]
     assert {r["name"] for r in result["boundary"]["redirected"]} >= {"VLLM_CACHE_ROOT", "HF_HOME"}
+
+
+PLANTED_CONFIG = '''open({marker!r}, "a").write("uid %d\\n" % __import__("os").getuid())
+from transformers import LlamaConfig
+
+
+class PlantedConfig(LlamaConfig):
+    model_type = "gpuserve_planted"
+'''
+
+
+def test_remote_code_of_a_checkpoint_the_service_could_change_never_runs_as_root(tmp_path: Path) -> None:
+    """--trust-remote-code on a model type vLLM has no config class for: transformers imports the
+    checkpoint's configuration_*.py. Root's preflight does so for a root-owned checkpoint (the
+    attack is real), and never for one another user owns: its config checks are not run."""
+    python = env_python(NATIVE)
+    model, scratch, marker = tmp_path / "models" / "planted", tmp_path / "scratch", tmp_path / "marker"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "gpuserve_planted", "architectures": ["LlamaForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_planted.PlantedConfig"},
+        "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 1,
+        "num_key_value_heads": 4, "vocab_size": 128, "max_position_embeddings": 256, "torch_dtype": "bfloat16"}))
+    (model / "configuration_planted.py").write_text(PLANTED_CONFIG.format(marker=str(marker)))
+
+    def judge() -> dict:
+        (result,) = playbook([{"hosts": "localhost", "gather_facts": False, "tasks": [{
+            "gpuserve.vllm.vllm_serve_preflight": {
+                "python": str(python), "argv": ["/opt/ml-env/bin/vllm", "serve", str(model), "--trust-remote-code"],
+                "fail_on_problems": False, "scratch_dir": str(scratch), "timeout": 900}}]}], tmp_path)
+        return result
+
+    root_owned = judge()
+    assert marker.read_text() == "uid 0\n", root_owned  # root's own checkpoint: its code runs, as root
+    marker.unlink()
+    nobody = pwd.getpwnam("nobody")
+    for path in (model, model / "config.json", model / "configuration_planted.py"):
+        os.lchown(path, nobody.pw_uid, nobody.pw_gid)
+    start = time.monotonic()
+    result = judge()
+    timed(f"boundary: --trust-remote-code, a checkpoint nobody owns, on {NATIVE} (probe {result.get('seconds')} s)", start)
+    assert not marker.exists(), "the checkpoint's Python ran as root"
+    checks = {c["name"]: c for c in result["checks"]}
+    assert checks["parser"]["status"] == "passed", result
+    assert checks["model-config"]["status"] == "not run", result
+    assert "--trust-remote-code is set and another user could change the model" in checks["model-config"]["detail"]
+    assert result["boundary"]["untrusted_checkpoints"][0]["role"] == "model"

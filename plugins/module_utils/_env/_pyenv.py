@@ -234,6 +234,34 @@ def path_problem(path: str, trusted: t.Collection[int] | None = None) -> str:
     return ""
 
 
+def resolved_problem(path: str, trusted: t.Collection[int] | None = None) -> str:
+    """path_problem for path, then for what it resolves to (a link's target, wherever it is)."""
+    return path_problem(path, trusted) or path_problem(os.path.realpath(path), trusted)
+
+
+def folder_problem(path: str, trusted: t.Collection[int] | None = None) -> str:
+    """resolved_problem(path), then, for a folder, each entry directly in it (the files a loader
+    or an import picks from there; a link's target too): the first one another user could
+    change; '' when none."""
+    trusted = {0, os.geteuid()} if trusted is None else trusted
+    problem = resolved_problem(path, trusted)
+    if problem or not os.path.isdir(path):
+        return problem
+    with os.scandir(path) as found:
+        entries = sorted(entry.path for entry in found)
+    for entry in entries:
+        try:
+            info = os.lstat(entry)
+        except FileNotFoundError:
+            continue
+        problem = _entry_problem(entry, info, trusted, ancestor=False)
+        if not problem and stat.S_ISLNK(info.st_mode):  # what it picks up is the link's target
+            problem = path_problem(os.path.realpath(entry), trusted)
+        if problem:
+            return problem
+    return ""
+
+
 def _site_dirs(prefix: str) -> list[str]:
     """The site-packages folders of the virtual environment at prefix."""
     found = glob.glob(os.path.join(glob.escape(prefix), "lib*", "python*", "site-packages"))
@@ -250,22 +278,13 @@ def untrusted_interpreter(python: str, trusted: t.Collection[int] | None = None)
     """
     trusted = {0, os.geteuid()} if trusted is None else set(trusted)
     chains = [python, os.path.realpath(python)]
-    entries: list[str] = []
+    folders: list[str] = []
     prefix = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(python))))
     if os.path.isfile(os.path.join(prefix, "pyvenv.cfg")):
         chains.append(os.path.join(prefix, "pyvenv.cfg"))
-        for site in _site_dirs(prefix):
-            chains.append(site)
-            with os.scandir(site) as found:
-                entries += sorted(entry.path for entry in found)
-    problem = next(filter(None, (path_problem(path, trusted) for path in chains)), "")
-    for entry in entries if not problem else ():
-        try:
-            problem = _entry_problem(entry, os.lstat(entry), trusted, ancestor=False)
-        except FileNotFoundError:
-            continue
-        if problem:
-            break
+        folders = _site_dirs(prefix)
+    problem = next(filter(None, [path_problem(path, trusted) for path in chains]
+                          + [folder_problem(path, trusted) for path in folders]), "")
     if not problem:
         return ""
     return ("root does not run %s: %s, so another user could change what it runs. Give the "

@@ -61,9 +61,11 @@ class Boundary(t.NamedTuple):
     redirected: list[dict[str, str]]
     left_out: list[dict[str, str]]
 
-    def report(self, scratch_dir: str) -> dict[str, t.Any]:
-        """The module result's `boundary`."""
-        return {"scratch_dir": scratch_dir, "redirected": self.redirected, "left_out": self.left_out}
+    def report(self, scratch_dir: str, untrusted: t.Mapping[str, str]) -> dict[str, t.Any]:
+        """The module result's `boundary`; untrusted is remote_code_models()."""
+        return {"scratch_dir": scratch_dir, "redirected": self.redirected, "left_out": self.left_out,
+                "untrusted_checkpoints": [{"role": role, "reason": why}
+                                          for role, why in sorted(untrusted.items())]}
 
 
 def _paths(value: str) -> list[str]:
@@ -134,3 +136,74 @@ def prepare_scratch(path: str, writable: t.Callable[[str], str], euid: int | Non
             f"the preflight's scratch directory {path} belongs to uid {info.st_uid} with mode "
             f"{stat.S_IMODE(info.st_mode):04o}; it must be uid {euid}'s with mode 0700 (what is "
             "in it could run as root): remove it and run again")
+
+
+# Flags naming a Python file vLLM imports (vllm.utils.import_utils.import_plugin, a module from
+# that file's path): the serve subcommand's checks import them (0.17: api_server, 0.33:
+# init_parser_plugin), and root's probe runs those. A chat template is not code (sandboxed Jinja).
+CODE_FLAGS = ("--tool-parser-plugin", "--reasoning-parser-plugin")
+
+
+def code_files(argv: t.Sequence[str], config: t.Any = None) -> dict[str, str]:
+    """{flag: path} of the Python files argv (or its parsed `--config` file) has vLLM import;
+    the command line wins over the file, as in vLLM."""
+    found: dict[str, str] = {}
+    for key, value in (config.items() if isinstance(config, dict) else ()):
+        flag = "--" + str(key).replace("_", "-")
+        if flag in CODE_FLAGS and isinstance(value, str):
+            found[flag] = value
+    args = [str(a) for a in argv]
+    for at, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in CODE_FLAGS:
+            found[flag] = value if eq else (args[at + 1] if at + 1 < len(args) else "")
+    return {flag: path for flag, path in sorted(found.items()) if path}
+
+
+def code_problems(files: t.Mapping[str, str], writable: t.Callable[[str], str],
+                  variables: t.Mapping[str, str]) -> list[str]:
+    """The refusals for code_files another user could change (writable, as for
+    probe_environment); variables names the role variable of each flag (flag_variables)."""
+    problems = []
+    for flag, path in files.items():
+        why = writable(path)
+        if why:
+            source = variables.get(flag, "the --config file")
+            problems.append(
+                f"{source} ({flag} {path}): {why}. vLLM imports this file as Python, and root's "
+                "preflight runs vLLM's serve checks, which import it: give the file and the "
+                "folders above it to root, with no group or other write (chown root:root, "
+                "chmod go-w), or set vllm_server_preflight: false")
+    return problems
+
+
+def trusts_remote_code(argv: t.Sequence[str], config: t.Any = None) -> bool:
+    """Whether vLLM would run with trust_remote_code (the flag, or the `--config` file's key;
+    the last word of the command line wins)."""
+    trusted = False
+    if isinstance(config, dict):
+        trusted = any(str(k).replace("_", "-") == "trust-remote-code" and v in (True, "true", "True", 1)
+                      for k, v in config.items())
+    for arg in (str(a) for a in argv):
+        if arg == "--trust-remote-code":
+            trusted = True
+        elif arg == "--no-trust-remote-code":
+            trusted = False
+    return trusted
+
+
+def remote_code_models(named: t.Mapping[str, str], folder_writable: t.Callable[[str], str],
+                       is_dir: t.Callable[[str], bool]) -> dict[str, str]:
+    """{role: "path (why)"} of the model and drafter directories whose files (config.json, the
+    checkpoint's Python) another user could change: with trust_remote_code, vLLM would import
+    that Python, so root's probe does not run the checks that read them.
+
+    folder_writable(path) says why another user could change path, a folder above it or an
+    entry directly in it ('' when none can).
+    """
+    found = {}
+    for role, path in sorted(named.items()):
+        why = folder_writable(path) if is_dir(path) else ""
+        if why:
+            found[role] = f"{path} ({why})"
+    return found

@@ -383,6 +383,28 @@ class Probe:
                        "seconds": round(time.monotonic() - started, 2)})
         return result
 
+    def not_judged(self, args: t.Any) -> str:
+        """Why the checks that read the checkpoints cannot run ('' when they can)."""
+        unread = dict(self.request.get("unread_models") or {})
+        untrusted = dict(self.request.get("untrusted_models") or {})
+        if args is None:
+            return ("vLLM's parser refused the command line" if self.problems
+                    else "the parser check did not run")
+        if unread:
+            return (" and ".join(f"the {role} {path}" for role, path in sorted(unread.items()))
+                    + (" are not local directories" if len(unread) > 1 else " is not a local directory")
+                    + ": vLLM would read it from the service's Hugging "
+                    "Face cache, which root's preflight never reads (its own cache is a root-owned "
+                    "scratch directory); give vllm_server_model_path (and the drafter) as local "
+                    "directories for these checks to run")
+        if untrusted:
+            return ("--trust-remote-code is set and another user could change "
+                    + " and ".join(f"the {role} {why}" for role, why in sorted(untrusted.items()))
+                    + ": vLLM would import the checkpoint's Python as root, so root's preflight "
+                    "does not build its configs; give the checkpoint to root (no group or other "
+                    "write) for these checks to run")
+        return ""
+
     def judge(self, platform: t.Any, result: dict[str, t.Any]) -> None:
         """Every check in order; each one that cannot be judged says why, the rest go on."""
         later = ["model-config"] + (["speculative-config"] if any(
@@ -390,16 +412,8 @@ class Probe:
         later.append("attention-backend-target")
         args = self.guarded(["parser"], self.parse)
         self.lap("parser")
-        unread = dict(self.request.get("unread_models") or {})
-        if args is None or unread:
-            why = ("vLLM's parser refused the command line" if args is None and self.problems
-                   else "the parser check did not run" if args is None else
-                   " and ".join(f"the {role} {path}" for role, path in sorted(unread.items()))
-                   + (" are not local directories" if len(unread) > 1 else " is not a local directory")
-                   + ": vLLM would read it from the service's Hugging "
-                   "Face cache, which root's preflight never reads (its own cache is a root-owned "
-                   "scratch directory); give vllm_server_model_path (and the drafter) as local "
-                   "directories for these checks to run")
+        why = self.not_judged(args)
+        if why:
             for name in later:
                 self.skip(name, f"not judged: {why}")
             return

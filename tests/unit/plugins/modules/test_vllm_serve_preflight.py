@@ -300,3 +300,56 @@ def test_without_pyyaml_a_config_file_is_judged_every_time(node: dict,
     first = _run(node, monkeypatch)
     assert "PyYAML is not importable" in first["cache"]
     assert _run(node, monkeypatch)["cached"] is False and node["judged"] == 2
+
+
+@pytest.mark.parametrize("where", ["argv", "config"])
+def test_a_plugin_another_user_could_change_is_refused_before_the_probe(
+        node: dict, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    plugins = node["tmp"] / "plugins"
+    plugins.mkdir()
+    plugin = plugins / "my_tool_parser.py"
+    plugin.write_text("import os\n")
+    if where == "argv":
+        node["argv"] += ["--tool-parser-plugin", str(plugin)]
+    else:
+        (node["tmp"] / "serve.yaml").write_text(yaml.safe_dump({"tool-parser-plugin": str(plugin)}))
+        node["argv"] += ["--config", str(node["tmp"] / "serve.yaml")]
+    assert _run(node, monkeypatch)["failed"] is False  # only root (this test's user) can change it
+    plugins.chmod(0o777)
+    result = _run(node, monkeypatch, extra_flags=["tool_parser_plugin"])
+    source = "vllm_server_extra_flags['--tool-parser-plugin']" if where == "argv" else "the --config file"
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"{source} (--tool-parser-plugin {plugin}): {plugins} is writable by "
+                                    "every user (mode 0777). vLLM imports this file as Python")
+    assert node["judged"] == 1  # refused before the probe (and before the cache)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_plugin_the_service_user_owns_is_refused(node: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin = node["tmp"] / "parser.py"
+    plugin.write_text("import os\n")
+    os.chown(plugin, pwd.getpwnam("nobody").pw_uid, -1)
+    node["argv"] += ["--reasoning-parser-plugin", str(plugin)]
+    result = _run(node, monkeypatch)
+    assert result["failed"] is True and f"{plugin} is owned by nobody" in result["msg"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+@pytest.mark.parametrize("what", ["directory", "config.json", "remote code"])
+def test_remote_code_of_a_checkpoint_another_user_could_change_is_not_run_by_root(
+        node: dict, monkeypatch: pytest.MonkeyPatch, what: str) -> None:
+    model = node["tmp"] / "model"
+    (model / "modeling_kimi.py").write_text("import os\n")
+    node["argv"] += ["--trust-remote-code"]
+    trusted = _run(node, monkeypatch)
+    assert node["request"]["untrusted_models"] == {} and trusted["boundary"]["untrusted_checkpoints"] == []
+    changed = {"directory": model, "config.json": model / "config.json", "remote code": model / "modeling_kimi.py"}[what]
+    os.chown(changed, pwd.getpwnam("nobody").pw_uid, -1)
+    result = _run(node, monkeypatch, cache_dir="")
+    why = f"{model} ({changed} is owned by nobody (uid {pwd.getpwnam('nobody').pw_uid}))"
+    assert node["request"]["untrusted_models"] == {"model": why}
+    assert result["boundary"]["untrusted_checkpoints"] == [{"role": "model", "reason": why}]
+    # without --trust-remote-code vLLM reads only the JSON files, as data: the checks run
+    node["argv"].remove("--trust-remote-code")
+    _run(node, monkeypatch, cache_dir="")
+    assert node["request"]["untrusted_models"] == {}

@@ -104,7 +104,7 @@ def test_the_roles_environment_reaches_the_probe_with_none_of_the_services_paths
     assert not [v for v in found.env.values() if SERVICE in v]
     assert sorted(r["name"] for r in found.redirected) == sorted(set(ROLE_ENV) - {"PYTHONPYCACHEPREFIX"})
     assert [r["name"] for r in found.left_out] == ["PYTHONPYCACHEPREFIX"]
-    assert found.report(SCRATCH)["scratch_dir"] == SCRATCH
+    assert found.report(SCRATCH, {})["scratch_dir"] == SCRATCH
 
 
 def test_the_real_predicate_sees_a_directory_the_service_user_owns(tmp_path: Path) -> None:
@@ -152,3 +152,56 @@ def test_prepare_scratch_refuses_what_another_user_could_change(tmp_path: Path, 
         os.chown(path.parent, pwd.getpwnam("nobody").pw_uid, -1)
     with pytest.raises(pb.ScratchError, match="scratch directory"):
         pb.prepare_scratch(str(path), _pyenv.path_problem)
+
+
+# ---- Python files vLLM imports, and checkpoints whose Python --trust-remote-code imports ----
+@pytest.mark.parametrize(("argv", "config", "files"), [
+    (["/v", "serve", "/srv/m"], None, {}),
+    (["/v", "serve", "/srv/m", "--tool-parser-plugin", "/srv/svc/p.py"], None,
+     {"--tool-parser-plugin": "/srv/svc/p.py"}),
+    (["/v", "serve", "/srv/m", "--reasoning-parser-plugin=/opt/r.py", "--chat-template", "/srv/svc/t.jinja"], None,
+     {"--reasoning-parser-plugin": "/opt/r.py"}),  # a chat template is not code
+    (["/v", "serve", "/srv/m"], {"tool_parser_plugin": "/srv/svc/p.py", "port": 8000},
+     {"--tool-parser-plugin": "/srv/svc/p.py"}),
+    (["/v", "serve", "/srv/m", "--tool-parser-plugin", "/opt/p.py"], {"tool-parser-plugin": "/srv/svc/p.py"},
+     {"--tool-parser-plugin": "/opt/p.py"}),  # the command line wins
+    (["/v", "serve", "/srv/m", "--tool-parser-plugin="], None, {}),
+])
+def test_code_files(argv: list, config: object, files: dict) -> None:
+    assert pb.code_files(argv, config) == files
+
+
+def test_a_plugin_the_service_user_could_change_is_refused() -> None:
+    files = {"--reasoning-parser-plugin": "/opt/r.py", "--tool-parser-plugin": "/srv/svc/p.py"}
+    problems = pb.code_problems(files, _service_writes,
+                                {"--tool-parser-plugin": "vllm_server_extra_flags['--tool-parser-plugin']"})
+    assert problems == [
+        "vllm_server_extra_flags['--tool-parser-plugin'] (--tool-parser-plugin /srv/svc/p.py): /srv/svc "
+        "is owned by vllm (uid 990). vLLM imports this file as Python, and root's preflight runs "
+        "vLLM's serve checks, which import it: give the file and the folders above it to root, with "
+        "no group or other write (chown root:root, chmod go-w), or set vllm_server_preflight: false"]
+    assert pb.code_problems({"--tool-parser-plugin": "/srv/svc/p.py"}, _service_writes, {})[0].startswith(
+        "the --config file (--tool-parser-plugin /srv/svc/p.py)")
+
+
+@pytest.mark.parametrize(("argv", "config", "trusted"), [
+    (["/v", "serve", "/srv/m"], None, False),
+    (["/v", "serve", "/srv/m", "--trust-remote-code"], None, True),
+    (["/v", "serve", "/srv/m", "--trust-remote-code", "--no-trust-remote-code"], None, False),
+    (["/v", "serve", "/srv/m"], {"trust_remote_code": True}, True),
+    (["/v", "serve", "/srv/m"], {"trust-remote-code": "true"}, True),
+    (["/v", "serve", "/srv/m"], {"trust-remote-code": False}, False),
+    (["/v", "serve", "/srv/m", "--no-trust-remote-code"], {"trust-remote-code": True}, False),
+])
+def test_trusts_remote_code(argv: list, config: object, trusted: bool) -> None:
+    assert pb.trusts_remote_code(argv, config) is trusted
+
+
+@pytest.mark.parametrize(("named", "untrusted"), [
+    ({"model": "/srv/m", "drafter": "/srv/d"}, {}),
+    ({"model": "/srv/svc/m", "drafter": "/srv/d"}, {"model": "/srv/svc/m (/srv/svc is owned by vllm (uid 990))"}),
+    ({"drafter": "/srv/svc/d"}, {"drafter": "/srv/svc/d (/srv/svc is owned by vllm (uid 990))"}),
+    ({"model": "/srv/svc/hub-id"}, {}),  # not a directory: not read at all (unread_models)
+])
+def test_remote_code_models_are_the_checkpoints_another_user_could_change(named: dict, untrusted: dict) -> None:
+    assert pb.remote_code_models(named, _service_writes, lambda path: not path.endswith("hub-id")) == untrusted

@@ -100,3 +100,21 @@ def test_a_model_that_is_no_local_directory_is_not_judged(unread: dict, spec: bo
     assert probe.judged("parser") == vp.PASSED
     for role, path in unread.items():
         assert f"the {role} {path} is not a local directory" in probe.not_run[0]["reason"]
+
+
+# ---- --trust-remote-code with a checkpoint another user could change -----------------------
+def test_a_checkpoint_another_user_could_change_is_not_built_with_remote_code() -> None:
+    argv = ["/v", "serve", "/srv/m", "--trust-remote-code", '--speculative-config={"method": "eagle3"}']
+    probe = vp.Probe({"argv": argv, "untrusted_models": {"model": "/srv/m (/srv/m is owned by vllm (uid 990))"}})
+    judged = []
+    probe.parse = lambda: probe.check("parser", "accepted") or object()  # type: ignore[method-assign]
+    probe.configs = lambda args: judged.append("configs") or (None, None, None)  # type: ignore[method-assign]
+    probe.judge(None, {})
+    assert judged == []
+    assert probe.judged("parser") == vp.PASSED
+    assert [c["name"] for c in probe.not_run] == ["model-config", "speculative-config", "attention-backend-target"]
+    assert probe.not_run[0]["reason"] == (
+        "not judged: --trust-remote-code is set and another user could change the model /srv/m (/srv/m "
+        "is owned by vllm (uid 990)): vLLM would import the checkpoint's Python as root, so root's "
+        "preflight does not build its configs; give the checkpoint to root (no group or other write) "
+        "for these checks to run")
