@@ -1,9 +1,9 @@
 # Private to the gpuserve.vllm collection: not a public API, may change without notice.
-"""What the serve plan reads: vllm_node_state's result (`Node`) and the routers' view of the
-node (`Routers`), with the questions the plan and its one-line reports ask of them.
+"""What the serve plan (_nodeplan) reads: vllm_node_state's result (`Node`) and the routers'
+view of the node (`Routers`), with the questions the plan asks of them; and the readers of loose
+values (`_bool`, `short`, ...) the plan and its reports (_nodereport) share.
 
-Kept apart from the plan (_nodeplan) and its reports (_nodereport), which both read them.
-Stdlib only, no Ansible imports.
+Stdlib only, no Ansible imports: a filter plugin runs this on the controller.
 """
 
 from __future__ import annotations
