@@ -41,6 +41,8 @@ FIXTURES = REPO / "tests" / "vllm_full" / "fixtures"
 ROLE = REPO / "roles" / "vllm_server"
 EXAMPLE = REPO / "inventories" / "example" / "group_vars" / "gpu_nodes" / "main.yml"
 PROBE = "plugins/module_utils/_vllm/_preflight_probe.py"
+# The probe's stages: files it imports by name from its own directory.
+STAGES = ("plugins/module_utils/_vllm/_preflight_backends.py", "plugins/module_utils/_vllm/_preflight_stub.py")
 
 
 def playbook(play: list, work: Path, env: dict | None = None) -> dict:
@@ -91,15 +93,31 @@ def module_run(label: str, python: Path, argv: list, work: Path, env: dict,
     return wall
 
 
-def direct(source: str, python: Path, argv: list, work: Path, env: dict) -> tuple[float, float]:
+def sources(revision: str) -> dict[str, str]:
+    """The probe and its stages at a git revision ("": the working tree), by file name; a stage
+    that revision does not have is left out (the probe was one file before)."""
+    found = {}
+    for path in (PROBE, *STAGES):
+        if not revision:
+            found[Path(path).name] = (REPO / path).read_text()
+            continue
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:{path}"],
+                               capture_output=True, text=True, check=path == PROBE)
+        if shown.returncode == 0:
+            found[Path(path).name] = shown.stdout
+    return found
+
+
+def direct(files: dict[str, str], python: Path, argv: list, work: Path, env: dict) -> tuple[float, float]:
     """Wall and CPU seconds of one probe process run on the request, as the module runs it."""
     request = {"argv": argv, "compute_capability": "12.0", "variables": {},
                "result_path": str(work / "direct.json")}
     (work / "direct-request.json").write_text(json.dumps(request))
-    (work / "direct-probe.py").write_text(source)  # a file, as the module runs it (it may re-run)
+    for name, text in files.items():  # files, as the module writes them (the probe may re-run)
+        (work / name).write_text(text)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    subprocess.run([str(python), str(work / "direct-probe.py"), str(work / "direct-request.json")],
+    subprocess.run([str(python), str(work / Path(PROBE).name), str(work / "direct-request.json")],
                    env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1",
                             **env), cwd=work, capture_output=True, check=True)
     wall = time.monotonic() - start
@@ -142,13 +160,13 @@ def main() -> None:
         print(f"cached: median {statistics.median(hits):.2f} s over {len(hits)} runs "
               "(ansible-playbook included)")
     if opts.before:
-        old = subprocess.run(["git", "-C", str(REPO), "show", f"{opts.before}:{PROBE}"],
-                             capture_output=True, text=True, check=True).stdout
-        new = (REPO / PROBE).read_text()
-        rows: dict[str, list] = {opts.before: [], "working tree": []}
-        for _run in range(max(1, opts.runs)):
-            for label, source in ((opts.before, old), ("working tree", new)):
-                rows[label].append(direct(source, python, argv, work, env))
+        trees = {opts.before: sources(opts.before), "working tree": sources("")}
+        rows: dict[str, list] = {label: [] for label in trees}
+        for number in range(max(1, opts.runs)):
+            for position, (label, files) in enumerate(trees.items()):
+                run_dir = work / f"direct-{number}-{position}"  # one revision's files only
+                run_dir.mkdir()
+                rows[label].append(direct(files, python, argv, run_dir, env))
         for label, runs in rows.items():
             walls, cpus = [w for w, _c in runs], [c for _w, c in runs]
             print(f"probe of {label}: median {statistics.median(walls):.1f} s wall, "

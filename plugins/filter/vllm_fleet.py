@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters site.yml's serve plays decide with: the node's plan, the routers' view of it.
 
-The decisions are table-tested Python (module_utils/_vllm/_nodeplan.py, _fleet.py); the
+The decisions are table-tested Python (module_utils/_vllm/_nodeplan.py, _nodereport.py, _fleet.py); the
 plays only execute the steps the plan lists.
 """
 
@@ -15,6 +15,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _fleet as vf
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodereport as vn
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _router_restart as vr
 
 
@@ -29,14 +30,14 @@ def vllm_node_plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
 def vllm_node_report(plan: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any] | None = None,
                      check_mode: bool = False) -> dict[str, t.Any]:
     """plan | vllm_node_report(outcomes, check_mode)."""
-    return vp.report(plan, outcomes if isinstance(outcomes, t.Mapping) else None, bool(check_mode))
+    return vn.report(plan, outcomes if isinstance(outcomes, t.Mapping) else None, bool(check_mode))
 
 
 def vllm_node_recovery(plan: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any] | None = None,
                        stop_on_failure: t.Any = True, service: str = "vllm.service",
                        restart_sec: t.Any = 30) -> dict[str, t.Any]:
     """plan | vllm_node_recovery(outcomes, stop_on_failure, service, restart_sec) -> {steps, why}."""
-    return vp.recovery(plan, outcomes if isinstance(outcomes, t.Mapping) else None, stop_on_failure,
+    return vn.recovery(plan, outcomes if isinstance(outcomes, t.Mapping) else None, stop_on_failure,
                        service, restart_sec)
 
 

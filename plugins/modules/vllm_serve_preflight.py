@@ -271,10 +271,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _pyenv
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import (
+    _preflight_backends,
     _preflight_boundary as boundary,
     _preflight_cache as cache,
     _preflight_key,
     _preflight_probe,
+    _preflight_stub,
 )
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._preflight import (
     flag_variables,
@@ -282,8 +284,11 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._preflight imp
     unit_environment,
 )
 
-# The scripts' own sources (from the AnsiballZ payload on the node), run by the ml-env python.
+# The scripts' own sources (from the AnsiballZ payload on the node), run by the ml-env python;
+# the probe imports its stages from files of their own names beside it.
 PROBE = inspect.getsource(_preflight_probe)
+STAGES = {f"{stage.__name__.rsplit('.', 1)[-1]}.py": inspect.getsource(stage)
+          for stage in (_preflight_backends, _preflight_stub)}
 KEY = inspect.getsource(_preflight_key)
 
 
@@ -291,8 +296,9 @@ def run_probe(python: str, request: dict, timeout: int, source: str = PROBE,
               env: dict | None = None) -> dict:
     """Run a script's source with `python` on a request; its result, or a crash description.
 
-    The script is a file in a 0700 temp directory (the probe may re-run itself with the CUDA
-    stub library on its loader path); `env` (the unit's) goes over the module's environment.
+    The script is a file in a 0700 temp directory, the probe's stages (STAGES) beside it (the
+    probe may re-run itself with the CUDA stub library on its loader path); `env` (the unit's)
+    goes over the module's environment.
     """
     with tempfile.TemporaryDirectory(prefix="gpuserve-preflight-") as tmp:
         request = dict(request, result_path=os.path.join(tmp, "result.json"))
@@ -302,6 +308,9 @@ def run_probe(python: str, request: dict, timeout: int, source: str = PROBE,
             json.dump(request, handle)
         with open(script, "w", encoding="utf-8") as handle:
             handle.write(source)
+        for name, text in STAGES.items():
+            with open(os.path.join(tmp, name), "w", encoding="utf-8") as handle:
+                handle.write(text)
         argv, changes = _pyenv.isolated_call(python, [script, request_path],
                                              dict(env or {}, VLLM_LOGGING_LEVEL="ERROR"))
         started = time.monotonic()
@@ -405,9 +414,8 @@ def main() -> None:
     if params["cache_dir"]:
         before, note = fingerprint(params["python"], argv, params["timeout"], env)
         if before is not None:
-            key = cache.cache_key(before, argv, params["extra_flags"],
-                                  params["compute_capability"], cache.code_digest(PROBE, KEY),
-                                  env)
+            key = cache.cache_key(before, argv, params["extra_flags"], params["compute_capability"],
+                                  cache.code_digest(PROBE, *STAGES.values(), KEY), env)
             entry, note = cache.read_entry(params["cache_dir"], key)
             if entry is not None:
                 module.exit_json(changed=False, boundary=crossing.report(scratch, untrusted),

@@ -33,10 +33,10 @@ options:
       - Also read every shard's safetensors header and require the exact size it gives
         (C(8 + header length + end of the last tensor)). A truncated but non-empty shard is then
         found in milliseconds, without hashing.
-      - Off by default so that directories of placeholder files (test doubles) still pass;
-        gpuserve.vllm.vllm_weights checks headers on every node it stages.
+      - On by default. Set V(false) only for directories of placeholder files (test doubles),
+        which hold no real safetensors header.
     type: bool
-    default: false
+    default: true
     version_added: 0.2.0
   revision:
     description:
@@ -54,7 +54,7 @@ options:
     type: bool
     default: true
 notes:
-  - Does not hash the shards. With O(headers=true) a truncated shard is caught by its header; a
+  - Does not hash the shards. With O(headers) a truncated shard is caught by its header; a
     shard of the right size with wrong bytes is caught only by gpuserve.vllm.vllm_weights_verify
     (sha256 against the manifest).
 seealso:
@@ -69,10 +69,10 @@ EXAMPLES = r"""
       - /srv/models/Kimi-K2.5
       - /srv/models/Kimi-K2.5-eagle3
 
-- name: Also catch a truncated shard by its safetensors header (seconds, no hashing)
+- name: Check only that the files are there and not empty (placeholder files in a test setup)
   gpuserve.vllm.vllm_weights_check:
-    paths: [/srv/models/Kimi-K2.5]
-    headers: true
+    paths: [/srv/models/placeholder]
+    headers: false
 
 - name: See whether a download is needed
   gpuserve.vllm.vllm_weights_check:
@@ -130,7 +130,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "paths": {"type": "list", "elements": "path", "required": True},
-            "headers": {"type": "bool", "default": False},
+            "headers": {"type": "bool", "default": True},
             "revision": {"type": "str", "default": ""},
             "fail_on_problems": {"type": "bool", "default": True},
         },

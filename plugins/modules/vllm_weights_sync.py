@@ -205,22 +205,24 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _hub as hub
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _layout as wl
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _manifest as wm
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _stage as ws
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _transfer as wt
 
 
-def _source(p: dict, manifest: wm.Manifest) -> ws.Source:
+def _source(p: dict, manifest: wm.Manifest) -> wt.Source:
     if p["source"] == "peer":
-        ssh = ws.ssh_command(p["ssh_key"], p["known_hosts"], p["ssh_port"])
-        return ws.RsyncSource(f"{p['name']}/{manifest.commit}", p["peer"], p["peer_user"], ssh,
+        ssh = wt.ssh_command(p["ssh_key"], p["known_hosts"], p["ssh_port"])
+        return wt.RsyncSource(f"{p['name']}/{manifest.commit}", p["peer"], p["peer_user"], ssh,
                               io_timeout=p["io_timeout"], extra=tuple(p["rsync_extra_args"]))
     if p["source"] == "mirror":
-        return ws.RsyncSource(p["mirror_dir"], io_timeout=p["io_timeout"],
+        return wt.RsyncSource(p["mirror_dir"], io_timeout=p["io_timeout"],
                               extra=tuple(p["rsync_extra_args"]))
     if p["source"] == "hub":
         base = hub.resolve_url(p["endpoint"], manifest.repo, manifest.commit, "").rstrip("/")
-        return ws.HttpSource(base, p["token"], p["workers"], p["io_timeout"])
-    return ws.HttpSource(p["base_url"], "", p["workers"], p["io_timeout"])
+        return wt.HttpSource(base, p["token"], p["workers"], p["io_timeout"])
+    return wt.HttpSource(p["base_url"], "", p["workers"], p["io_timeout"])
 
 
 def main() -> None:
@@ -260,10 +262,10 @@ def main() -> None:
                     "transfers": [], "verify": {}}
     try:
         manifest = wm.load(p["manifest"])
-        lay = ws.layout(p["root"], p["store_dir"] or os.path.join(p["root"], ".gpuserve-weights"),
+        lay = wl.layout(p["root"], p["store_dir"] or os.path.join(p["root"], ".gpuserve-weights"),
                         p["name"], manifest.commit)
         result.update(commit=manifest.commit, link=lay.link, path=lay.final)
-        owner = ws.Owner.named(p["owner"])
+        owner = wt.Owner.named(p["owner"])
         outcome = ws.stage(lay, manifest, _source(p, manifest), owner,
                            ws.cache_path(p["manifest"], lay), full=p["full"],
                            reserve=p["reserve_bytes"], attempts=p["attempts"], workers=p["workers"],

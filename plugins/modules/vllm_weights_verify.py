@@ -134,6 +134,7 @@ commit:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _layout as wl
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _manifest as wm
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _stage as ws
 
@@ -157,7 +158,7 @@ def main() -> None:
     p = module.params
     try:
         manifest = wm.load(p["manifest"])
-        lay = ws.layout(p["root"], p["store_dir"] or f"{p['root']}/.gpuserve-weights", p["name"], manifest.commit)
+        lay = wl.layout(p["root"], p["store_dir"] or f"{p['root']}/.gpuserve-weights", p["name"], manifest.commit)
         state = ws.inspect(lay, manifest, ws.cache_path(p["manifest"], lay), p["full"],
                            p["workers"], save=not module.check_mode)
     except (wm.ManifestError, ws.StageError) as exc:

@@ -1,8 +1,10 @@
 # Private to the gpuserve.vllm collection: not a public API, may change without notice.
 """The preflight probe: a script the vllm_serve_preflight module runs with the ml-env's python.
 
-The module sends this file's source to the ml-env interpreter (`python - REQUEST.json`): only it
-has vLLM. Everything judged here, vLLM judges: its `vllm serve` parser on the unit's argv, its
+The module writes this file and its stages (_preflight_backends: the attention backends;
+_preflight_stub: the CUDA stub re-run) into a private temp directory and runs it with the ml-env
+interpreter (`python -I gpuserve_preflight.py REQUEST.json`): only it has vLLM. Stdlib and these
+stages only, no package imports. Everything judged here, vLLM judges: its `vllm serve` parser on the unit's argv, its
 config classes on the checkpoints' config.json (no weights), and the attention backends it would
 choose between on the node's compute capability, through their own `validate_configuration`.
 No table of vLLM facts is kept here. Stdlib at the top level, vLLM and torch inside functions.
@@ -10,7 +12,7 @@ CUDA buffers backend modules allocate at import go to torch's `meta` device (the
 holds the GPUs). Without a GPU, vLLM's CPU platform builds the parser (as `vllm bench` does) and
 the CUDA platform module is imported for its backend priority list: its compiled ops loaded
 against NVIDIA's CUDA stub library when no driver library loads (the probe re-runs itself with
-the stub on the loader path, see cuda_stub_env), or stubbed as a Python module where the release
+the stub on the loader path, see _preflight_stub), or stubbed as a Python module where the release
 allows it; each stand-in is in `notes`.
 
 Each check is reported on its own: passed, refused, or not run with the reason (a check that
@@ -20,8 +22,6 @@ cannot run here, or that this probe's code does not fit the release); the others
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import glob
 import io
 import json
 import os
@@ -31,12 +31,17 @@ import time
 import traceback
 import typing as t
 
+if __package__:  # a module of the collection (the module's sources, the unit tests)
+    from . import _preflight_backends as backends
+    from . import _preflight_stub as stub
+else:  # the script: its stages lie beside it, a directory isolated mode (-I) leaves off sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _preflight_backends as backends
+    import _preflight_stub as stub
+
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: (?P<args>.*)")
 _ARGUMENT = re.compile(r"argument (?P<flag>--[\w.-]+)")
 PASSED, REFUSED, NOT_RUN = "passed", "refused", "not run"
-DRIVER_LIBRARY = "libcuda.so.1"
-CUDA_ERROR_STUB_LIBRARY = 34  # what cuInit of NVIDIA's link-time stub libcuda answers
-STUB_ENV = "GPUSERVE_PREFLIGHT_CUDA_STUB"  # set on the re-run: the stub's path
 
 
 class Probe:
@@ -235,121 +240,6 @@ class Probe:
         major, _dot, minor = given.partition(".")
         return int(major), int(minor or 0)
 
-    def backends(self, cap: tuple[int, int], args: t.Any, model_config: t.Any,
-                 engine_config: t.Any, spec: t.Any) -> None:
-        """Ask the backends vLLM's CUDA platform would pick from, for the target and drafter."""
-        draft = getattr(spec, "draft_model_config", None) if spec is not None else None
-        models = [("target", model_config)] + ([("drafter", draft)] if draft is not None else [])
-        names = [f"attention-backend-{role}" for role, _config in models]
-        try:
-            cuda = self._cuda_platform()
-        except ImportError as exc:
-            for name in names:
-                self.skip(name, self._no_cuda_platform(exc))
-            return
-        from vllm.config import VllmConfig, set_current_vllm_config
-        from vllm.platforms.interface import DeviceCapability
-        from vllm.v1.attention.selector import AttentionSelectorConfig
-
-        device = DeviceCapability(*cap)
-        kv = args.kv_cache_dtype or "auto"
-        vllm_config = engine_config
-        if vllm_config is None:
-            try:
-                vllm_config = VllmConfig(model_config=model_config)
-            except Exception:
-                vllm_config = VllmConfig()
-        selected = getattr(args, "attention_backend", None)
-        with set_current_vllm_config(vllm_config):
-            for (role, config), name in zip(models, names):
-                self.guarded([name], self._judge_model, cuda, device, AttentionSelectorConfig,
-                             args, selected, role, config, kv)
-
-    def _judge_model(self, cuda: t.Any, device: t.Any, selector_type: t.Any, args: t.Any,
-                     selected: t.Any, role: str, config: t.Any, kv: str) -> None:
-        fields = {
-            "head_size": config.get_head_size(), "dtype": config.dtype,
-            "kv_cache_dtype": kv, "block_size": None, "use_mla": config.use_mla,
-            # vLLM's DeepSeek model uses sparse attention when the config has index_topk
-            "use_sparse": hasattr(config.hf_text_config, "index_topk"),
-        }
-        selector = selector_type(**{k: v for k, v in fields.items() if k in selector_type._fields})
-        heads = config.hf_text_config.num_attention_heads // max(
-            1, int(args.tensor_parallel_size or 1))
-        self._judge(cuda, device, selector, heads, selected, role, config, kv)
-
-    def _judge(self, cuda: t.Any, device: t.Any, selector: t.Any, heads: int, selected: t.Any,
-               role: str, config: t.Any, kv: str) -> None:
-        from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-        if selected:
-            candidates = [AttentionBackendEnum[getattr(selected, "name", str(selected)).upper()]]
-        else:
-            try:
-                candidates = cuda._get_backend_priorities(selector.use_mla, device, heads)
-            except TypeError:  # 0.16: no num_heads parameter
-                candidates = cuda._get_backend_priorities(selector.use_mla, device)
-        valid, reasons = [], {}
-        for backend in candidates:
-            try:
-                with _cuda_buffers_on_meta(self):
-                    cls = backend.get_class()
-            except ImportError as exc:
-                reasons[backend.name] = [f"ImportError: {exc}"]
-                continue
-            invalid = cls.validate_configuration(device_capability=device, **selector._asdict())
-            if invalid:
-                reasons[backend.name] = list(invalid)
-            else:
-                valid.append(backend.name)
-        where = f"compute capability {device.major}.{device.minor}"
-        what = (f"{role} ({type(config.hf_config).__name__}, "
-                f"{'MLA' if selector.use_mla else 'non-MLA'}, head size {selector.head_size}, "
-                f"KV cache {kv})")
-        if valid:
-            self.check(f"attention-backend-{role}", f"{what}: {', '.join(valid)} on {where}")
-            return
-        # Which dtypes would work: those of the backends that pass every other test.
-        usable = sorted({d for name in reasons
-                         for d in _supported_dtypes(AttentionBackendEnum[name])
-                         if reasons[name] == ["kv_cache_dtype not supported"]})
-        fix = (f"set vllm_server_kv_cache_dtype to one of {usable} (the KV-cache dtypes of the "
-               f"backends that support {where} in vLLM {self.version}), or pin a vLLM release "
-               f"whose backends take {kv} on this GPU (vllm_install_version)") if usable else \
-            "choose another attention backend, KV-cache dtype or vLLM release"
-        flags = ["--kv-cache-dtype"] + (["--attention-backend"] if selected else [])
-        detail = "; ".join(f"{n}: {', '.join(r)}" for n, r in reasons.items())
-        self.refuse(f"attention-backend-{role}", flags,
-                    f"vLLM {self.version} has no attention backend for the {what} on {where} "
-                    f"(vLLM would stop with 'No valid attention backend found'): {detail}", fix)
-
-    def _cuda_platform(self) -> t.Any:
-        """vLLM's CUDA platform module; raises ImportError (the first one) when it cannot load."""
-        try:
-            from vllm.platforms import cuda
-        except ImportError as exc:  # no CUDA driver here: only the priority list is read
-            import types
-
-            sys.modules["vllm._C"] = types.ModuleType("vllm._C")
-            try:
-                from vllm.platforms import cuda
-            except ImportError:
-                del sys.modules["vllm._C"]
-                raise exc from None
-            self.notes.append(f"vllm.platforms.cuda imported with vllm._C stubbed ({exc})")
-        return cuda
-
-    def _no_cuda_platform(self, exc: ImportError) -> str:
-        why = f"vLLM {self.version}'s CUDA platform module cannot be imported here ({exc})"
-        if DRIVER_LIBRARY.split(".", maxsplit=1)[0] not in str(exc):
-            return why
-        if os.environ.get(STUB_ENV):
-            return why + f", even with the CUDA stub library {os.environ[STUB_ENV]}"
-        stub = ("cuda_stub is false" if not self.request.get("cuda_stub", True)
-                else "the env ships no CUDA stub library")
-        return (why + f": no NVIDIA driver library on this machine and {stub}; on a GPU node "
-                "this check runs")
-
     def run(self) -> dict[str, t.Any]:
         started = time.monotonic()
         result: dict[str, t.Any] = {"skipped": False}
@@ -368,10 +258,10 @@ class Probe:
                                    f"({exc}); vLLM's parser and configs cannot run, nothing was "
                                    "checked (vllm_install_no_deps?)"}
         self.lap("import vllm")
-        if os.environ.get(STUB_ENV):
-            self.notes.append(f"no NVIDIA driver library ({DRIVER_LIBRARY}) on this machine: "
+        if os.environ.get(stub.STUB_ENV):
+            self.notes.append(f"no NVIDIA driver library ({stub.DRIVER_LIBRARY}) on this machine: "
                               f"vLLM's compiled ops were loaded against NVIDIA's CUDA stub "
-                              f"library {os.environ[STUB_ENV]} (its calls answer "
+                              f"library {os.environ[stub.STUB_ENV]} (its calls answer "
                               "CUDA_ERROR_STUB_LIBRARY; nothing ran on a GPU)")
         platform = self.platform()
         self.gpu = not platform.is_cpu()
@@ -435,7 +325,7 @@ class Probe:
             names = ["attention-backend-target"]
             if getattr(spec, "draft_model_config", None) is not None:
                 names.append("attention-backend-drafter")
-            self.guarded(names, self.backends, cap, args, model_config, engine_config, spec)
+            self.guarded(names, backends.judge, self, cap, args, model_config, engine_config, spec)
             self.lap("attention backends")
         if len(later) > 2 and spec is None and self.judged("speculative-config") != PASSED:
             self.skip("attention-backend-drafter",
@@ -459,95 +349,16 @@ def _serve_module() -> t.Any:
     return importlib.import_module(name + ".serve")
 
 
-def _supported_dtypes(backend: t.Any) -> list[str]:
-    try:
-        return list(getattr(backend.get_class(), "supported_kv_cache_dtypes", []) or [])
-    except Exception:
-        return []
-
-
-@contextlib.contextmanager
-def _cuda_buffers_on_meta(probe: Probe) -> t.Iterator[None]:
-    """CUDA tensors a backend module allocates at import go to `meta`: always, since on a node
-    the running server holds the GPUs and no CUDA context may open next to it."""
-    from torch.overrides import TorchFunctionMode
-
-    class _Meta(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            kwargs = dict(kwargs or {})
-            if str(kwargs.get("device", "")).startswith("cuda"):
-                kwargs["device"] = "meta"
-            return func(*args, **kwargs)
-
-    note = "CUDA buffers that attention backend modules allocate at import went to torch's meta device"
-    if note not in probe.notes:
-        probe.notes.append(note)
-    with _Meta():
-        yield
-
-
 def _first_lines(exc: BaseException, limit: int = 3) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
     lines = [line.split(" [type=")[0] for line in lines if "errors.pydantic.dev" not in line]
     return " ".join(line.strip() for line in lines[:limit]) or type(exc).__name__
 
 
-def cuda_stub_env(request: t.Mapping[str, t.Any], script: str) -> dict[str, str] | None:
-    """The environment to re-run this script with NVIDIA's CUDA stub library, or None.
-
-    Only where the driver library does not load (no NVIDIA driver: CI, a rehearsal with all
-    dependencies) and the env ships the stub (a libcuda whose cuInit answers
-    CUDA_ERROR_STUB_LIBRARY; vLLM 0.33's pynvvideocodec dependency carries one): vLLM's compiled
-    ops then load and its CUDA platform's backend list can be read. Never on the re-run itself,
-    never with cuda_stub false, never when run from stdin (nothing to re-run).
-    """
-    if not request.get("cuda_stub", True) or os.environ.get(STUB_ENV) is not None \
-            or not os.path.isfile(script) or _loads(DRIVER_LIBRARY):
-        return None
-    stub = find_cuda_stub([p for p in sys.path if p.endswith(("site-packages", "dist-packages"))])
-    if not stub:
-        return None
-    links = os.path.join(os.path.dirname(request["result_path"]), "cuda-stub")
-    os.makedirs(links, mode=0o700, exist_ok=True)
-    link = os.path.join(links, DRIVER_LIBRARY)
-    if not os.path.islink(link):
-        os.symlink(stub, link)
-    loader_path = os.environ.get("LD_LIBRARY_PATH", "")
-    loader_path = links + (os.pathsep + loader_path if loader_path else "")
-    return dict(os.environ, LD_LIBRARY_PATH=loader_path, **{STUB_ENV: stub})
-
-
-def find_cuda_stub(dirs: t.Sequence[str]) -> str:
-    """The first libcuda under dirs (one level down) that is NVIDIA's stub, or ""."""
-    for base in dirs:
-        for path in sorted(glob.glob(os.path.join(glob.escape(base), "*", "libcuda*.so*"))):
-            name = os.path.basename(path)
-            if name.startswith(("libcuda.", "libcuda-")) and _is_stub(path):
-                return path
-    return ""
-
-
-def _loads(library: str) -> bool:
-    try:
-        ctypes.CDLL(library)
-    except OSError:
-        return False
-    return True
-
-
-def _is_stub(path: str) -> bool:
-    """True for NVIDIA's link-time stub libcuda (cuInit answers CUDA_ERROR_STUB_LIBRARY)."""
-    try:
-        init = getattr(ctypes.CDLL(path), "cuInit", None)
-    except OSError:
-        return False
-    return init is not None and init(0) == CUDA_ERROR_STUB_LIBRARY
-
-
 def main() -> int:
     with open(sys.argv[1], encoding="utf-8") as handle:
         request = json.load(handle)
-    stub_env = cuda_stub_env(request, sys.argv[0])
+    stub_env = stub.cuda_stub_env(request, sys.argv[0])
     if stub_env is not None:  # the loader reads LD_LIBRARY_PATH only when a process starts
         flags = (["-I"] if sys.flags.isolated else []) + (["-B"] if sys.flags.dont_write_bytecode else [])
         os.execve(sys.executable, [sys.executable, *flags, *sys.argv], stub_env)

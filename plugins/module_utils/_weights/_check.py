@@ -17,7 +17,7 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._safetensor
 INDEX_NAME = "model.safetensors.index.json"
 
 
-def check_weights_dir(path: str, headers: bool = False) -> dict[str, t.Any]:
+def check_weights_dir(path: str, headers: bool = True) -> dict[str, t.Any]:
     """What vLLM needs in a checkpoint directory, as a list of problems (empty: fine).
 
     config.json present and non-empty; every shard named by model.safetensors.index.json

@@ -96,7 +96,8 @@ def test_weights_check_lists_every_missing_file(tmp_path: Path, monkeypatch: pyt
         {"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors", "c": "s3.safetensors"}}))
     (model / "s1.safetensors").write_text("x")
     (model / "s3.safetensors").write_text("")
-    result = run_module_main(vllm_weights_check, {"paths": [str(model), str(drafter)]}, monkeypatch)
+    result = run_module_main(vllm_weights_check, {"paths": [str(model), str(drafter)], "headers": False},  # placeholders
+                             monkeypatch)
     assert result["failed"] and not result["complete"] and not result["changed"]
     assert "4 problem(s)" in result["msg"]
     for fragment in ("s2.safetensors: missing", "s3.safetensors: empty", "drafter/config.json: missing",
@@ -108,7 +109,8 @@ def test_weights_check_passes_complete_dirs_and_can_only_report(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_text("x")
-    assert run_module_main(vllm_weights_check, {"paths": [str(tmp_path)]}, monkeypatch)["complete"] is True
+    assert run_module_main(vllm_weights_check, {"paths": [str(tmp_path)], "headers": False},  # a placeholder shard
+                           monkeypatch)["complete"] is True
     result = run_module_main(vllm_weights_check, {"paths": [str(tmp_path / "none")], "fail_on_problems": False},
                              monkeypatch)
     assert result["failed"] is False and result["complete"] is False and len(result["problems"]) == 1

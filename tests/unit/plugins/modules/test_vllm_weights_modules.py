@@ -113,9 +113,9 @@ def test_sync_verify_and_check_end_to_end(tmp_path: Path, mirror: Path, monkeypa
 
     shard = Path(synced["path"]) / "model-00001-of-00003.safetensors"
     os.truncate(shard, 5000)
-    checked = run_module_main(vllm_weights_check, {"paths": [synced["link"]], "headers": True}, monkeypatch)
+    checked = run_module_main(vllm_weights_check, {"paths": [synced["link"]]}, monkeypatch)  # headers: the default
     assert checked["failed"] and "truncated: its header says" in checked["msg"]
-    assert run_module_main(vllm_weights_check, {"paths": [synced["link"]]}, monkeypatch)["complete"]
+    assert run_module_main(vllm_weights_check, {"paths": [synced["link"]], "headers": False}, monkeypatch)["complete"]
     failing = run_module_main(vllm_weights_verify, dict(common, fail_on_problems=True), monkeypatch)
     assert failing["failed"] and "short: 5000 of" in failing["msg"]
 
@@ -142,7 +142,8 @@ def test_sync_names_a_missing_owner(tmp_path: Path, mirror: Path, monkeypatch: p
 
 def test_check_names_a_revision_the_directory_does_not_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """vllm_server_download's guard: another commit in a directory vLLM reads is refused, naming
-    both; a first download that completed no file yet has nothing to judge."""
+    both; a first download that completed no file yet has nothing to judge. Placeholder shards:
+    headers false."""
     old, new = "1" * 40, "2" * 40
     model = tmp_path / "model"
     meta = model / ".cache" / "huggingface" / "download"
@@ -151,16 +152,16 @@ def test_check_names_a_revision_the_directory_does_not_hold(tmp_path: Path, monk
         (model / name).write_text("x")
         # the format of huggingface_hub's _local_folder.write_download_metadata (0.36.2)
         (meta / f"{name}.metadata").write_text(f"{old}\n\"etag\"\n1796274797.0\n")
-    refused = run_module_main(vllm_weights_check, {"paths": [str(model)], "revision": new}, monkeypatch)
+    refused = run_module_main(vllm_weights_check, {"paths": [str(model)], "headers": False, "revision": new}, monkeypatch)
     assert refused["failed"] and refused["revision_problems"] == [
         f"{model}: holds {old} (2 file(s)); the pin is {new}"]
-    reported = run_module_main(vllm_weights_check, {"paths": [str(model)], "revision": new, "fail_on_problems": False},
+    reported = run_module_main(vllm_weights_check, {"paths": [str(model)], "headers": False, "revision": new, "fail_on_problems": False},
                                monkeypatch)
     assert reported["complete"] and reported["directories"][0]["commits"] == {old: 2}
-    assert run_module_main(vllm_weights_check, {"paths": [str(model)], "revision": old}, monkeypatch)["revision_problems"] == []
+    assert run_module_main(vllm_weights_check, {"paths": [str(model)], "headers": False, "revision": old}, monkeypatch)["revision_problems"] == []
 
     started = tmp_path / "started"
     (started / ".cache" / "huggingface" / "download").mkdir(parents=True)  # stopped before any file completed
-    fresh = run_module_main(vllm_weights_check, {"paths": [str(started)], "revision": new, "fail_on_problems": False},
+    fresh = run_module_main(vllm_weights_check, {"paths": [str(started)], "headers": False, "revision": new, "fail_on_problems": False},
                             monkeypatch)
     assert fresh["revision_problems"] == [] and not fresh["complete"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodereport as vn
 
 A, B, C = "/opt/ml-env.d/vllm-0.17.0-aaaa", "/opt/ml-env.d/vllm-0.18.0-bbbb", "/opt/ml-env.d/vllm-0.19.0-cccc"
 T0 = 1_700_000_000.0  # when the running server started
@@ -293,7 +294,7 @@ def test_line_names_the_steps_and_why():
 ])
 def test_recovery_of_an_upgrade(outcomes, steps):
     p = plan(node(target=B, gpus=[{"index": 0, "total_mib": 97887, "free_mib": 50000}]), [])
-    assert vp.recovery(p, outcomes)["steps"] == steps
+    assert vn.recovery(p, outcomes)["steps"] == steps
 
 
 @pytest.mark.parametrize("outcomes, stop_on_failure, steps", [
@@ -304,30 +305,30 @@ def test_recovery_of_an_upgrade(outcomes, steps):
 ])
 def test_recovery_of_a_restart(outcomes, stop_on_failure, steps):
     p = plan(node(target=A, files={"unit": T0 + 1, "env_file": 0}), [])
-    assert vp.recovery(p, outcomes, stop_on_failure)["steps"] == steps
+    assert vn.recovery(p, outcomes, stop_on_failure)["steps"] == steps
 
 
 def test_recovery_after_a_canary_that_stopped_the_server():
     p = plan(node(target=B), LISTED)
-    assert vp.recovery(p, {"canary": {"ok": False}}) == {"steps": ["start"], "why": ""}
-    assert vp.report(p, {"canary": {"ok": False, "seconds": 3, "msg": "died"},
+    assert vn.recovery(p, {"canary": {"ok": False}}) == {"steps": ["start"], "why": ""}
+    assert vn.report(p, {"canary": {"ok": False, "seconds": 3, "msg": "died"},
                          "recovered": {"ok": True, "kind": "restart", "to": A}})["line"].endswith(
         "canary FAILED after 3 s: died; started again on vllm-0.17.0-aaaa, healthy")
 
 
 def test_report_lines():
     p = plan(node(target=B), LISTED)
-    ok = vp.report(p, {"canary": {"ok": True, "seconds": 41.2}, "switch": {"changed": True, "switched_from": A,
+    ok = vn.report(p, {"canary": {"ok": True, "seconds": 41.2}, "switch": {"changed": True, "switched_from": A,
                                                                            "switched_to": B},
                        "start": {"ok": True, "elapsed_text": "31m05s"}, "prune": {"removed": [C]}})
     assert ok["ok"] and ok["line"] == ("upgrade vllm-0.17.0-aaaa -> vllm-0.18.0-bbbb: canary passed in 41.2 s; "
                                        "switched vllm-0.17.0-aaaa -> vllm-0.18.0-bbbb; healthy after 31m05s; "
                                        "pruned vllm-0.19.0-cccc")
-    failed = vp.report(p, {"canary": {"ok": True, "seconds": 2}, "start": {"ok": False, "msg": "died"},
+    failed = vn.report(p, {"canary": {"ok": True, "seconds": 2}, "start": {"ok": False, "msg": "died"},
                            "recovered": {"ok": True, "kind": "rollback", "to": A}})
     assert not failed["ok"] and failed["rolled_back"]
     assert failed["line"].endswith("start FAILED: died; rolled back to vllm-0.17.0-aaaa, healthy")
-    assert vp.report(p, check_mode=True)["line"].startswith("upgrade vllm-0.17.0-aaaa -> vllm-0.18.0-bbbb: would run: remove")
+    assert vn.report(p, check_mode=True)["line"].startswith("upgrade vllm-0.17.0-aaaa -> vllm-0.18.0-bbbb: would run: remove")
 
 
 def test_a_requested_restart_is_done_once_per_run():

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _fleet as vf
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _lock as vl
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodereport as vn
 
 ENVS = ("/opt/ml-env.d/vllm-0.17.0-aaaa", "/opt/ml-env.d/vllm-0.18.0-bbbb", "/opt/ml-env.d/vllm-0.19.0-cccc")
 ROUTERS = ("router01", "router02")
@@ -209,7 +210,7 @@ def recover(fleet: Fleet, name: str, p: dict[str, t.Any], outcomes: dict[str, t.
     """recover.yml: back to serving where the plan can, else stopped; the journal stays unless
     the node serves the env it served before."""
     n = fleet.nodes[name]
-    r = vp.recovery(p, outcomes, True)
+    r = vn.recovery(p, outcomes, True)
     if "restore" in r["steps"]:
         n["link"] = p["rollback_to"]
         if p["rollback_previous"]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _preflight_probe as vp
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _preflight_stub as vs
 
 
 @pytest.fixture()
@@ -21,20 +22,20 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     """A request in the module's temp dir, the probe as a file there, no driver library."""
     script = tmp_path / "gpuserve_preflight.py"
     script.write_text("# the probe\n")
-    monkeypatch.delenv(vp.STUB_ENV, raising=False)
+    monkeypatch.delenv(vs.STUB_ENV, raising=False)
     monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/other/lib")
-    monkeypatch.setattr(vp, "_loads", lambda library: False)
-    monkeypatch.setattr(vp, "find_cuda_stub", lambda dirs: "/env/site-packages/pkg./libcuda-1a2b.so")
+    monkeypatch.setattr(vs, "_loads", lambda library: False)
+    monkeypatch.setattr(vs, "find_cuda_stub", lambda dirs: "/env/site-packages/pkg./libcuda-1a2b.so")
     return {"request": {"result_path": str(tmp_path / "result.json")}, "script": str(script),
             "tmp": tmp_path}
 
 
 def test_no_driver_and_a_stub_re_runs_with_the_stub_first_on_the_loader_path(machine: dict) -> None:
-    env = vp.cuda_stub_env(machine["request"], machine["script"])
+    env = vs.cuda_stub_env(machine["request"], machine["script"])
     links = machine["tmp"] / "cuda-stub"
     assert env is not None
     assert env["LD_LIBRARY_PATH"] == f"{links}:/opt/other/lib"
-    assert env[vp.STUB_ENV] == "/env/site-packages/pkg./libcuda-1a2b.so"
+    assert env[vs.STUB_ENV] == "/env/site-packages/pkg./libcuda-1a2b.so"
     assert os.readlink(links / "libcuda.so.1") == "/env/site-packages/pkg./libcuda-1a2b.so"
     assert oct((links).stat().st_mode & 0o777) == "0o700"
 
@@ -45,29 +46,29 @@ def test_when_the_probe_does_not_re_run(machine: dict, monkeypatch: pytest.Monke
                                         case: str) -> None:
     request, script = dict(machine["request"]), machine["script"]
     if case == "driver loads":
-        monkeypatch.setattr(vp, "_loads", lambda library: library == "libcuda.so.1")
+        monkeypatch.setattr(vs, "_loads", lambda library: library == "libcuda.so.1")
     elif case == "cuda_stub false":
         request["cuda_stub"] = False
     elif case == "already re-run":
-        monkeypatch.setenv(vp.STUB_ENV, "/env/site-packages/pkg./libcuda-1a2b.so")
+        monkeypatch.setenv(vs.STUB_ENV, "/env/site-packages/pkg./libcuda-1a2b.so")
     elif case == "no stub in the env":
-        monkeypatch.setattr(vp, "find_cuda_stub", lambda dirs: "")
+        monkeypatch.setattr(vs, "find_cuda_stub", lambda dirs: "")
     else:
         script = "-"
-    assert vp.cuda_stub_env(request, script) is None
+    assert vs.cuda_stub_env(request, script) is None
     assert not (machine["tmp"] / "cuda-stub").exists()
 
 
 def test_find_cuda_stub_looks_only_at_libcuda_and_keeps_only_a_stub(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     asked = []
-    monkeypatch.setattr(vp, "_is_stub", lambda path: asked.append(Path(path).name) or
+    monkeypatch.setattr(vs, "_is_stub", lambda path: asked.append(Path(path).name) or
                         Path(path).name == "libcuda-40d19bb1.so")
     for rel in ("torchvision.libs/libcudart.faf08d9a.so.13", "nvidia/cu13/lib/libcudart.so.13",
                 "a-real-driver/libcuda.so.1", "pynvvideocodec./libcuda-40d19bb1.so"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(b"\x7fELF")
-    found = vp.find_cuda_stub([str(tmp_path / "missing"), str(tmp_path)])
+    found = vs.find_cuda_stub([str(tmp_path / "missing"), str(tmp_path)])
     assert found == str(tmp_path / "pynvvideocodec." / "libcuda-40d19bb1.so")
     assert asked == ["libcuda.so.1", "libcuda-40d19bb1.so"]  # never libcudart
 
@@ -75,8 +76,8 @@ def test_find_cuda_stub_looks_only_at_libcuda_and_keeps_only_a_stub(tmp_path: Pa
 def test_a_file_that_is_no_library_is_no_stub(tmp_path: Path) -> None:
     fake = tmp_path / "libcuda.so.1"
     fake.write_text("not an ELF file")
-    assert vp._is_stub(str(fake)) is False
-    assert vp.find_cuda_stub([str(tmp_path.parent)]) == ""
+    assert vs._is_stub(str(fake)) is False
+    assert vs.find_cuda_stub([str(tmp_path.parent)]) == ""
 
 
 # ---- a model root's probe would read from the service's Hugging Face cache -----------------

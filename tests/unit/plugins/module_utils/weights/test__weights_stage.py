@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _hub as hub
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _layout as wl
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _manifest as wm
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _publish as wp
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _stage as ws
+from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _transfer as wt
 
 TESTS = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(TESTS / "support"))
@@ -35,11 +38,11 @@ class Node:
         self.mirror = tmp / "mirror"
         tc.make_checkpoint(self.mirror, shards=3, shard_bytes=64 << 10, seed=7)
         self.manifest = wm.from_hub_tree(tc.hub_tree(self.mirror), "o/tiny", COMMIT)
-        self.lay = ws.layout(str(tmp / "srv"), str(tmp / "srv" / ".gpuserve-weights"), "tiny", COMMIT)
+        self.lay = wl.layout(str(tmp / "srv"), str(tmp / "srv" / ".gpuserve-weights"), "tiny", COMMIT)
         self.cache = str(tmp / "state" / "tiny" / "c.json")
 
-    def stage(self, source: ws.Source | None = None, **kw) -> ws.Outcome:
-        return ws.stage(self.lay, self.manifest, source or ws.RsyncSource(str(self.mirror)), ws.Owner.me(),
+    def stage(self, source: wt.Source | None = None, **kw) -> ws.Outcome:
+        return ws.stage(self.lay, self.manifest, source or wt.RsyncSource(str(self.mirror)), wt.Owner.me(),
                         self.cache, **kw)
 
     def same_as_mirror(self) -> bool:
@@ -53,13 +56,13 @@ def node(tmp_path: Path) -> Node:
 
 
 def test_layout_and_link_target() -> None:
-    lay = ws.layout("/srv/models", "/srv/models/.gpuserve-weights", "Kimi-K2.5", COMMIT)
+    lay = wl.layout("/srv/models", "/srv/models/.gpuserve-weights", "Kimi-K2.5", COMMIT)
     assert (lay.link, lay.final, lay.partial, lay.link_target) == (
         "/srv/models/Kimi-K2.5", f"/srv/models/.gpuserve-weights/Kimi-K2.5/{COMMIT}",
         f"/srv/models/.gpuserve-weights/Kimi-K2.5/{COMMIT}.partial", f".gpuserve-weights/Kimi-K2.5/{COMMIT}")
     for bad in ("", "a/b", ".hidden"):
         with pytest.raises(ws.StageError, match="plain directory name"):
-            ws.layout("/srv", "/srv/s", bad, COMMIT)
+            wl.layout("/srv", "/srv/s", bad, COMMIT)
 
 
 @pytest.mark.parametrize("count, text", [
@@ -76,7 +79,7 @@ def test_fresh_stage_publishes_a_verified_copy(node: Node) -> None:
     assert out.changed and out.switched
     assert os.readlink(node.lay.link) == node.lay.link_target and node.same_as_mirror()
     assert not os.path.exists(node.lay.partial)
-    assert wm.load(os.path.join(node.lay.final, ws.META_MANIFEST)) == node.manifest
+    assert wm.load(os.path.join(node.lay.final, wl.META_MANIFEST)) == node.manifest
     (transfer,) = out.transfers
     assert transfer["bytes"] == node.manifest.total_bytes and transfer["files"] == 5
     again = node.stage()
@@ -169,16 +172,16 @@ def test_adoption_that_fails_leaves_the_directory_vllm_reads_as_it_was(node: Nod
 
 def test_the_swap_is_one_step_or_two_renames(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """renameat2(RENAME_EXCHANGE) where the kernel has it; two renames where it says EINVAL."""
-    for number, exchange in enumerate((ws._exchange, lambda a, b: False)):  # pylint: disable=protected-access
+    for number, exchange in enumerate((wp._exchange, lambda a, b: False)):  # pylint: disable=protected-access
         root = tmp_path / str(number)
-        lay = ws.layout(str(root), str(root / ".gpuserve-weights"), "tiny", COMMIT)
+        lay = wl.layout(str(root), str(root / ".gpuserve-weights"), "tiny", COMMIT)
         os.makedirs(lay.final)
         Path(lay.final, "f").write_text("new")
         os.makedirs(lay.link)
         Path(lay.link, "f").write_text("old")
-        monkeypatch.setattr(ws, "_exchange", exchange)
+        monkeypatch.setattr(wp, "_exchange", exchange)
         os.makedirs(os.path.join(root, ".tiny.switching", "old"))  # what a run killed after a swap leaves
-        ws._replace_dir_with_link(lay)  # pylint: disable=protected-access
+        wp._replace_dir_with_link(lay)  # pylint: disable=protected-access
         assert os.readlink(lay.link) == lay.link_target and Path(lay.link, "f").read_text() == "new"
         assert sorted(os.listdir(root)) == [".gpuserve-weights", "tiny"]
 
@@ -210,23 +213,23 @@ def test_rsync_stats_of_the_real_rsync(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
     (src / "a").write_bytes(b"x" * 5000)
-    argv = ws.rsync_argv("rsync", f"{src}/", str(tmp_path / "dst"))
+    argv = wt.rsync_argv("rsync", f"{src}/", str(tmp_path / "dst"))
     out = subprocess.run(argv, input=b"a\0", capture_output=True, check=True).stdout.decode()
-    stats = ws.parse_rsync_stats(out)
+    stats = wt.parse_rsync_stats(out)
     assert (stats.files, stats.bytes) == (1, 5000) and stats.wire_bytes > 0
 
 
 def test_rsync_argv_and_ssh() -> None:
-    ssh = ws.ssh_command("/home/k/id", "/home/k/kh", 2222)
+    ssh = wt.ssh_command("/home/k/id", "/home/k/kh", 2222)
     assert ssh.startswith("ssh -i /home/k/id -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes "
                           "-o UserKnownHostsFile=/home/k/kh") and ssh.endswith("-p 2222")
-    source = ws.RsyncSource("Kimi/c", "fd00::1", "gw", ssh, extra=("--bwlimit=10M",))
+    source = wt.RsyncSource("Kimi/c", "fd00::1", "gw", ssh, extra=("--bwlimit=10M",))
     assert source.location() == "gw@[fd00::1]:Kimi/c/"
-    argv = ws.rsync_argv("rsync", source.location(), "/dst", ssh, 60, source.extra)
+    argv = wt.rsync_argv("rsync", source.location(), "/dst", ssh, 60, source.extra)
     assert argv[:5] == ["rsync", "--recursive", "--times", "--inplace", "--append-verify"]
     assert argv[-4:] == ["-e", ssh, "gw@[fd00::1]:Kimi/c/", "/dst/"] and "--bwlimit=10M" in argv
     with pytest.raises(ws.StageError, match="must not be empty or hold quotes"):
-        ws.ssh_command("/home/k/my key", "/kh", 22)
+        wt.ssh_command("/home/k/my key", "/kh", 22)
 
 
 def test_stage_over_http_resumes_a_broken_download(node: Node) -> None:
@@ -235,8 +238,8 @@ def test_stage_over_http_resumes_a_broken_download(node: Node) -> None:
         base = hub.resolve_url(fake.endpoint, "o/tiny", COMMIT, "").rstrip("/")
         fake.cut_after[SHARD2] = 30000
         with pytest.raises(ws.StageError, match=f"1 file\\(s\\) failed from {base}.*broke off after 30000"):
-            node.stage(ws.HttpSource(base, "hf_x", workers=2), attempts=1)
-        out = node.stage(ws.HttpSource(base, "hf_x", workers=2))
+            node.stage(wt.HttpSource(base, "hf_x", workers=2), attempts=1)
+        out = node.stage(wt.HttpSource(base, "hf_x", workers=2))
         assert [t["paths"] for t in out.transfers] == [[SHARD2]]
         assert fake.served[SHARD2] == (node.mirror / SHARD2).stat().st_size  # every byte sent once
         assert node.same_as_mirror() and out.switched
@@ -260,7 +263,7 @@ def open_dir() -> t.Iterator[Path]:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
 def test_owner_steps_run_without_root(open_dir: Path) -> None:
-    nobody = ws.Owner.named("nobody")
+    nobody = wt.Owner.named("nobody")
     mine = open_dir / "store"
     mine.mkdir()
     os.chown(mine, nobody.uid, nobody.gid)
@@ -277,12 +280,12 @@ def test_a_new_revision_that_fails_to_stage_leaves_the_link_on_the_old_one(node:
     """Staging killed or failing mid-transfer: the path vLLM reads still names the revision it had."""
     node.stage()
     old_final = node.lay.final
-    newer = ws.layout(os.path.dirname(node.lay.link), os.path.dirname(os.path.dirname(old_final)), "tiny", "f" * 40)
+    newer = wl.layout(os.path.dirname(node.lay.link), os.path.dirname(os.path.dirname(old_final)), "tiny", "f" * 40)
     data = bytearray((node.mirror / SHARD2).read_bytes())
     data[30000] ^= 1
     (node.mirror / SHARD2).write_bytes(bytes(data))
     with pytest.raises(ws.StageError, match="still broken"):
-        ws.stage(newer, node.manifest, ws.RsyncSource(str(node.mirror)), ws.Owner.me(), str(tmp_path / "c2.json"),
+        ws.stage(newer, node.manifest, wt.RsyncSource(str(node.mirror)), wt.Owner.me(), str(tmp_path / "c2.json"),
                  attempts=1)
     assert os.path.realpath(node.lay.link) == os.path.realpath(old_final)
     assert os.path.isdir(newer.partial) and not os.path.exists(newer.final)
