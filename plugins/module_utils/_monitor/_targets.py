@@ -83,41 +83,34 @@ def scrape_configs(nodes: t.Sequence[t.Mapping[str, t.Any]], routers: t.Sequence
     def add(job: str, name: str, address: str, port: int) -> None:
         targets[job].append({"targets": [host_port(address, port)], "labels": {"instance": name}})
 
+    # Per kind of host: its job, the port and listen address keys (the port's default), the role
+    # variables an operator sets, what listens there and which address would do.
+    kinds = (
+        (nodes, "a GPU node", "vllm", ("vllm_port", 8000, "vllm_server_port"), ("vllm_host", "vllm_server_host"),
+         "vLLM listens", "the node (the routers need that too)"),
+        (routers, "a router", "vllm-router", ("prometheus_port", 29000, "vllm_router_prometheus_port"),
+         ("prometheus_host", "vllm_router_prometheus_host"), "vllm-router's metrics listen", "the router host"),
+    )
     seen: set[str] = set()
-    for node in nodes:
-        name = str(node.get("name") or "")
-        if not name:
-            raise TargetsError(f"a GPU node without a name: {dict(node)!r}")
-        address = bare_host(str(node.get("address") or name))
-        port = _port(node.get("vllm_port", 8000), f"{name}: vllm_server_port")
-        reach = _reach(str(node.get("vllm_host", "")), address, name, monitoring_host)
-        if reach is None:
-            problems.append(f"{name}: vLLM listens on {node.get('vllm_host')} (vllm_server_host), which Prometheus on "
-                            f"{monitoring_host or 'the monitoring host'} cannot reach; set vllm_server_host to 0.0.0.0 "
-                            "or an address of the node (the routers need that too)")
-        else:
-            add("vllm", name, reach, port)
-        if gpu_exporter == "dcgm":
-            add("dcgm", name, address, dcgm_port)
-        if name not in seen:
-            add("node", name, address, node_port)
-            seen.add(name)
-    for router in routers:
-        name = str(router.get("name") or "")
-        if not name:
-            raise TargetsError(f"a router without a name: {dict(router)!r}")
-        address = bare_host(str(router.get("address") or name))
-        port = _port(router.get("prometheus_port", 29000), f"{name}: vllm_router_prometheus_port")
-        reach = _reach(str(router.get("prometheus_host", "")), address, name, monitoring_host)
-        if reach is None:
-            problems.append(f"{name}: vllm-router's metrics listen on {router.get('prometheus_host')} "
-                            f"(vllm_router_prometheus_host), which Prometheus on {monitoring_host or 'the monitoring host'} "
-                            "cannot reach; set vllm_router_prometheus_host to 0.0.0.0 or an address of the router host")
-        else:
-            add("vllm-router", name, reach, port)
-        if name not in seen:
-            add("node", name, address, node_port)
-            seen.add(name)
+    for hosts, kind, job, (port_key, port_default, port_var), (host_key, host_var), what, hint in kinds:
+        for host in hosts:
+            name = str(host.get("name") or "")
+            if not name:
+                raise TargetsError(f"{kind} without a name: {dict(host)!r}")
+            address = bare_host(str(host.get("address") or name))
+            port = _port(host.get(port_key, port_default), f"{name}: {port_var}")
+            reach = _reach(str(host.get(host_key, "")), address, name, monitoring_host)
+            if reach is None:
+                problems.append(f"{name}: {what} on {host.get(host_key)} ({host_var}), which Prometheus on "
+                                f"{monitoring_host or 'the monitoring host'} cannot reach; set {host_var} to 0.0.0.0 "
+                                f"or an address of {hint}")
+            else:
+                add(job, name, reach, port)
+            if job == "vllm" and gpu_exporter == "dcgm":
+                add("dcgm", name, address, dcgm_port)
+            if name not in seen:
+                add("node", name, address, node_port)
+                seen.add(name)
     add("prometheus", monitoring_host or "prometheus", "127.0.0.1", self_port)
     configs = []
     for job in JOBS:
