@@ -70,14 +70,14 @@ def dashboard_exprs() -> list[str]:
     return exprs
 
 
-def _exprs() -> list[str]:
+def _exprs(dashboard: bool = True) -> list[str]:
     return [rule["expr"] for path in RULE_FILES for group in yaml.safe_load(path.read_text())["groups"]
-            for rule in group["rules"]] + dashboard_exprs()
+            for rule in group["rules"]] + (dashboard_exprs() if dashboard else [])
 
 
-def used(prefix: str) -> set[str]:
-    """Metric names the rules' and the dashboard's expressions use (recording rules' own names are level:name:op)."""
-    return {name for expr in _exprs() for name in _METRIC.findall(expr) if name.startswith(prefix)}
+def used(prefix: str, dashboard: bool = True) -> set[str]:
+    """Metric names the rules' (and the dashboard's) expressions use (recording rules' own names are level:name:op)."""
+    return {name for expr in _exprs(dashboard) for name in _METRIC.findall(expr) if name.startswith(prefix)}
 
 
 def _kind(call: ast.Call) -> str | None:
