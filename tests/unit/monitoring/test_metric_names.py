@@ -1,4 +1,5 @@
-"""Every metric the rules use exists, with that name and type, in the software that exports it.
+"""Every metric the rules and the Grafana dashboard use exists, with that name and type, in the software that
+exports it.
 
 - vllm:* -- read from the REAL vLLM wheels of each release the rules cover (downloaded once into
   $GPUSERVE_WHEEL_CACHE by tests/support/vllm_wheels.py; tests/run.sh prefetches them): the
@@ -10,11 +11,15 @@
 - DCGM_FI_* -- the table below, copied from NVIDIA/dcgm-exporter etc/default-counters.csv
   (main, 2026-05-12, d5e5f510): whether the CSV enables the field, and its type. Not read at
   test time (no network, and the exporter is not installed here).
+
+The dashboard's names are checked in the file as committed (roles/monitoring/files/grafana/); that each of
+its queries returns series is test_prometheus_live.py's test_dashboard_queries_return_series.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 import zipfile
 from pathlib import Path
@@ -27,6 +32,7 @@ from tests.support.vllm_wheels import vllm_wheel
 
 REPO = Path(__file__).resolve().parents[3]
 RULE_FILES = sorted((REPO / "roles" / "monitoring" / "files" / "rules").glob("*.rules.yml"))
+DASHBOARDS = sorted((REPO / "roles" / "monitoring" / "files" / "grafana").glob("*.json"))
 
 # The releases the rules claim to cover: those the collection supports (README "Which vLLM to
 # pin": 0.16/0.17 with the EAGLE-3 patches, 0.18 and 0.33 native).
@@ -38,6 +44,9 @@ DCGM_DEFAULT_COUNTERS = {
     "DCGM_FI_DEV_XID_ERRORS": ("gauge", True),  # "Value of the last XID error encountered."
     "DCGM_FI_DEV_GPU_TEMP": ("gauge", True),
     "DCGM_FI_DEV_POWER_USAGE": ("gauge", True),
+    "DCGM_FI_DEV_GPU_UTIL": ("gauge", True),  # dashboard only (read again at 00d6d344, 2026)
+    "DCGM_FI_DEV_FB_USED": ("gauge", True),  # dashboard only
+    "DCGM_FI_DEV_FB_FREE": ("gauge", True),  # dashboard only
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("counter", True),
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("gauge", True),
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("counter", False),
@@ -50,14 +59,25 @@ DCGM_OPT_IN = {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_THERMAL_VIOLATION",
 _METRIC = re.compile(r"(?<![\w:])((?:vllm:|vllm_router_|DCGM_FI_)[A-Za-z0-9_:]+)")
 
 
-def _exprs() -> list[str]:
+def dashboard_exprs() -> list[str]:
+    """Every panel target's expression and every query variable's query, of every dashboard the role ships."""
+    exprs = []
+    for path in DASHBOARDS:
+        dashboard = json.loads(path.read_text())
+        for top in dashboard["panels"]:
+            exprs += [t["expr"] for panel in [top] + top.get("panels", []) for t in panel.get("targets", [])]
+        exprs += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    return exprs
+
+
+def _exprs(dashboard: bool = True) -> list[str]:
     return [rule["expr"] for path in RULE_FILES for group in yaml.safe_load(path.read_text())["groups"]
-            for rule in group["rules"]]
+            for rule in group["rules"]] + (dashboard_exprs() if dashboard else [])
 
 
-def used(prefix: str) -> set[str]:
-    """Metric names the rules' expressions use (recording rules' own names are level:name:op)."""
-    return {name for expr in _exprs() for name in _METRIC.findall(expr) if name.startswith(prefix)}
+def used(prefix: str, dashboard: bool = True) -> set[str]:
+    """Metric names the rules' (and the dashboard's) expressions use (recording rules' own names are level:name:op)."""
+    return {name for expr in _exprs(dashboard) for name in _METRIC.findall(expr) if name.startswith(prefix)}
 
 
 def _kind(call: ast.Call) -> str | None:
@@ -146,7 +166,17 @@ def test_vllm_metrics_exist_in_release(version: str) -> None:
     exposed = exposed_as(declared)
     missing = sorted(used("vllm:") - exposed.keys())
     assert not missing, (f"vLLM {version} exports none of {missing} (declared in {VLLM_METRIC_SOURCES}: "
-                         f"{sorted(declared)}); change the rules or the releases they cover")
+                         f"{sorted(declared)}); change the rules or the dashboard, or the releases they cover")
+
+
+def test_dashboard_uses_vllm_metrics() -> None:
+    """The dashboard's vLLM names are in used(), so test_vllm_metrics_exist_in_release checks them too."""
+    assert DASHBOARDS, "no dashboard under roles/monitoring/files/grafana"
+    names = {n for expr in dashboard_exprs() for n in _METRIC.findall(expr) if n.startswith("vllm:")}
+    assert names >= {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                     "vllm:num_preemptions_total", "vllm:time_to_first_token_seconds_bucket",
+                     "vllm:inter_token_latency_seconds_bucket", "vllm:spec_decode_num_accepted_tokens_per_pos_total"}
+    assert names <= used("vllm:")
 
 
 def test_router_metrics_exist_in_pinned_release() -> None:

@@ -5,13 +5,20 @@ gpuserve.vllm.monitoring_scrape_configs, checked by `promtool check config` as t
 
 Two GPU "nodes" in the inventory: gpu01 at 127.0.0.1, whose vLLM port is served by a TEST DOUBLE
 HTTP server (a thread here) answering /metrics with tests/fixtures/monitoring/vllm-0.33.0-metrics.txt
-(vLLM 0.33.0's own exposition, produced by tests/support/record_vllm_metrics.py), and whose
-node_exporter port by another answering what the nvidia-smi textfile script renders of
+(vLLM 0.33.0's own exposition, produced by tests/support/record_vllm_metrics.py; its counters and
+histograms multiplied by the number of the scrape, so that they grow and every rate has a value),
+and whose node_exporter port by another answering what the nvidia-smi textfile script renders of
 tests/fixtures/monitoring/nvidia-smi-query-gpu-metrics-8gpu.csv (as node_exporter would serve it);
-gpu02 at 127.0.0.2, where nothing listens. Asserted through Prometheus' HTTP API: the targets' health,
+gpu02 at 127.0.0.2, where nothing listens. One router, router01 at 127.0.0.3, whose metrics
+listener is a TEST DOUBLE answering vllm_router_worker_health for both workers (written, not
+recorded: the name and its label `worker` are those test_metric_names.py checks).
+
+test_real_prometheus_scrapes_and_evaluates, through Prometheus' HTTP API: the targets' health,
 recording rules evaluated over the scraped series, every rule healthy, VllmServerDown pending for
-gpu02. Loopback only; every wait is bounded, and Prometheus runs under `timeout` so it stops by
-itself even if this test is killed.
+gpu02. test_dashboard_queries_return_series: every target of every panel of the Grafana dashboard
+the role provisions (rendered by the role's own vars, as the role writes it) returns series.
+Loopback only; every wait is bounded, and Prometheus runs under `timeout` so it stops by itself even
+if this test is killed.
 """
 
 from __future__ import annotations
@@ -20,16 +27,20 @@ import http.server
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import threading
 import time
+import types
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.promtool import prometheus, promtool
 
@@ -49,11 +60,31 @@ def _textfile() -> bytes:
     return module.render((FIXTURES / "nvidia-smi-query-gpu-metrics-8gpu.csv").read_text(), True).encode()
 
 
-def _serve(body: bytes) -> http.server.ThreadingHTTPServer:
-    class Double(http.server.BaseHTTPRequestHandler):
-        """TEST DOUBLE: one recorded /metrics body."""
+def _growing(exposition: str):
+    """The recorded body with its counters and histograms times n at the n-th scrape (gauges as recorded)."""
+    counters = {m[1] for m in re.finditer(r"^# TYPE (\S+) counter$", exposition, re.M)}
+    histograms = {m[1] for m in re.finditer(r"^# TYPE (\S+) histogram$", exposition, re.M)}
+    grows = counters | {h + suffix for h in histograms for suffix in ("_bucket", "_sum", "_count")}
+    scrapes = iter(range(1, 1_000_000))
 
+    def body() -> bytes:
+        n = next(scrapes)
+        lines = []
+        for line in exposition.splitlines():
+            name = re.split(r"[{ ]", line, maxsplit=1)[0]
+            if name in grows:
+                sample, value = line.rsplit(" ", 1)
+                line = f"{sample} {float(value) * n}"
+            lines.append(line)
+        return ("\n".join(lines) + "\n").encode()
+    return body
+
+
+def _serve(content, host: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
+    """TEST DOUBLE: an HTTP server answering /metrics with content (bytes, or a function giving them)."""
+    class Double(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = (content() if callable(content) else content) if self.path == "/metrics" else b""
             self.send_response(200 if self.path == "/metrics" else 404)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body) if self.path == "/metrics" else 0))
@@ -64,7 +95,7 @@ def _serve(body: bytes) -> http.server.ThreadingHTTPServer:
         def log_message(self, *args) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Double)
+    server = http.server.ThreadingHTTPServer((host, 0), Double)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -94,8 +125,9 @@ def _until(what: str, probe, deadline: float):
     raise AssertionError(f"{what}: not within {DEADLINE_S} s (last: {last!r})")
 
 
-def _render(tmp_path: Path, vllm_port: int, node_port: int, prom_port: int) -> Path:
-    """prometheus.yml from the role's template and vars, validated by promtool as the role's task does."""
+def _render(tmp_path: Path, vllm_port: int, node_port: int, router_port: int, prom_port: int) -> Path:
+    """prometheus.yml from the role's template and vars, validated by promtool as the role's task does, and the
+    Grafana dashboard as the role writes it (dashboard.json)."""
     rules = tmp_path / "rules"
     rules.mkdir()
     for path in (ROLE / "files" / "rules").glob("*.rules.yml"):
@@ -104,6 +136,9 @@ def _render(tmp_path: Path, vllm_port: int, node_port: int, prom_port: int) -> P
         "[gpu_nodes]\n"
         f"gpu01 vllm_router_worker_address=127.0.0.1 vllm_server_host=0.0.0.0 vllm_server_port={vllm_port}\n"
         f"gpu02 vllm_router_worker_address=127.0.0.2 vllm_server_host=0.0.0.0 vllm_server_port={vllm_port}\n"
+        "[vllm_routers]\n"
+        f"router01 monitoring_address=127.0.0.3 vllm_router_prometheus_host=0.0.0.0 vllm_router_prometheus_port={router_port}"
+        " vllm_router_min_healthy_workers=2\n"
         "[monitoring]\n"
         f"mon01 ansible_connection=local ansible_python_interpreter={os.sys.executable}\n")
     (tmp_path / "render.yml").write_text(f"""---
@@ -120,12 +155,23 @@ def _render(tmp_path: Path, vllm_port: int, node_port: int, prom_port: int) -> P
         dest: {tmp_path}/prometheus.yml
         mode: "0644"
         validate: "{promtool()} check config %s"
+    - name: The Grafana dashboard as the role writes it
+      ansible.builtin.copy:
+        content: "{{{{ __monitoring_grafana_dashboard | to_nice_json(indent=2) }}}}\n"
+        dest: {tmp_path}/dashboard.json
+        mode: "0644"
+    - name: Grafana's provisioning files as the role writes them
+      ansible.builtin.template:
+        src: {ROLE}/templates/grafana-{{{{ item }}}}.yml.j2
+        dest: {tmp_path}/grafana-{{{{ item }}}}.yml
+        mode: "0644"
+      loop: [datasources, dashboards]
 """)
     # Extra vars: the role's defaults come in as vars_files, which play vars would not override.
     (tmp_path / "vars.json").write_text(json.dumps({
         "monitoring_prometheus_rules_dir": str(rules), "monitoring_scrape_interval": "1s", "monitoring_scrape_timeout": "1s",
         "monitoring_evaluation_interval": "1s", "monitoring_node_exporter_port": node_port,
-        "monitoring_prometheus_port": prom_port}))
+        "monitoring_prometheus_port": prom_port, "role_path": str(ROLE)}))
     result = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.ini"), str(tmp_path / "render.yml"),
                              "-e", f"@{tmp_path / 'vars.json'}"],
                             capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
@@ -133,48 +179,24 @@ def _render(tmp_path: Path, vllm_port: int, node_port: int, prom_port: int) -> P
     return tmp_path / "prometheus.yml"
 
 
-def test_real_prometheus_scrapes_and_evaluates(tmp_path: Path) -> None:
-    vllm = _serve((FIXTURES / "vllm-0.33.0-metrics.txt").read_bytes())
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory):
+    """The real Prometheus, scraping the doubles with the role's prometheus.yml; stopped at the end of the module."""
+    tmp_path = tmp_path_factory.mktemp("prometheus")
+    vllm = _serve(_growing((FIXTURES / "vllm-0.33.0-metrics.txt").read_text()))
     node = _serve(_textfile())
+    router = _serve(b'vllm_router_worker_health{worker="http://127.0.0.1:8000"} 1\n'
+                    b'vllm_router_worker_health{worker="http://127.0.0.2:8000"} 0\n', host="127.0.0.3")
     prom_port = _free_port()
-    proc = None
+    proc = log = None
     try:
-        config = _render(tmp_path, vllm.server_address[1], node.server_address[1], prom_port)
-        jobs = {c["job_name"] for c in __import__("yaml").safe_load(config.read_text())["scrape_configs"]}
-        assert jobs == {"vllm", "node", "prometheus"}
+        config = _render(tmp_path, vllm.server_address[1], node.server_address[1], router.server_address[1], prom_port)
         log = open(tmp_path / "prometheus.log", "w")  # noqa: SIM115 (closed below)
         proc = subprocess.Popen(["timeout", "120", str(prometheus()), f"--config.file={config}",
                                  f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
                                 stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + DEADLINE_S
-
-        def targets() -> dict | None:
-            active = _api(prom_port, "targets")["activeTargets"]
-            health = {(t["labels"]["job"], t["labels"]["instance"]): t["health"] for t in active}
-            return health if "unknown" not in health.values() else None
-        health = _until("every target scraped once", targets, deadline)
-        assert health[("vllm", "gpu01")] == "up" and health[("vllm", "gpu02")] == "down", health
-        assert health[("node", "gpu01")] == "up" and health[("node", "gpu02")] == "down", health
-        assert health[("prometheus", "mon01")] == "up", health
-
-        def query(expr: str):
-            return lambda: {r["metric"].get("instance", ""): float(r["value"][1])
-                            for r in _api(prom_port, "query", query=expr)["result"]}
-        # Recording rules over the scraped series: the vLLM counters (static here, so a rate of 0 -- a
-        # sample, where a missing scrape would give none) and the GPU power of the textfile script's 8 GPUs.
-        assert _until("instance:vllm_generation_tokens:rate5m", query("instance:vllm_generation_tokens:rate5m"),
-                      deadline) == {"gpu01": 0.0}
-        power = _until("instance:dcgm_gpu_power_watts:sum", query("instance:dcgm_gpu_power_watts:sum"), deadline)
-        assert power == {"gpu01": pytest.approx(3245.65)}
-        assert query('sum by (instance) (vllm:num_requests_running{job="vllm"})')() == {"gpu01": 54.0}
-        # Every rule of every group evaluates without error, and the alert for gpu02 is pending (for: 5m).
-        groups = _until("rules evaluated", lambda: [g for g in _api(prom_port, "rules")["groups"]
-                                                    if all(r.get("lastEvaluation", "").startswith("20") for r in g["rules"])
-                                                    ] or None, deadline)
-        assert {r["name"]: r["health"] for g in groups for r in g["rules"] if r["health"] != "ok"} == {}
-        alerts = _until("VllmServerDown pending", lambda: [a for a in _api(prom_port, "alerts")["alerts"]
-                                                           if a["labels"]["alertname"] == "VllmServerDown"], deadline)
-        assert [(a["labels"]["instance"], a["state"]) for a in alerts] == [("gpu02", "pending")]
+        yield types.SimpleNamespace(port=prom_port, config=config, dashboard=tmp_path / "dashboard.json",
+                                    deadline=time.monotonic() + DEADLINE_S)
     finally:
         if proc is not None:
             proc.terminate()
@@ -183,5 +205,108 @@ def test_real_prometheus_scrapes_and_evaluates(tmp_path: Path) -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=20)
-        vllm.shutdown()
-        node.shutdown()
+        if log is not None:
+            log.close()
+        for server in (vllm, node, router):
+            server.shutdown()
+
+
+def _query(port: int, expr: str):
+    return lambda: {r["metric"].get("instance", ""): float(r["value"][1]) for r in _api(port, "query", query=expr)["result"]}
+
+
+def test_real_prometheus_scrapes_and_evaluates(live) -> None:
+    prom_port, deadline = live.port, live.deadline
+    jobs = {c["job_name"] for c in yaml.safe_load(live.config.read_text())["scrape_configs"]}
+    assert jobs == {"vllm", "vllm-router", "node", "prometheus"}
+
+    def targets() -> dict | None:
+        active = _api(prom_port, "targets")["activeTargets"]
+        health = {(t["labels"]["job"], t["labels"]["instance"]): t["health"] for t in active}
+        return health if "unknown" not in health.values() else None
+    health = _until("every target scraped once", targets, deadline)
+    assert health[("vllm", "gpu01")] == "up" and health[("vllm", "gpu02")] == "down", health
+    assert health[("node", "gpu01")] == "up" and health[("node", "gpu02")] == "down", health
+    assert health[("vllm-router", "router01")] == "up" and health[("node", "router01")] == "down", health
+    assert health[("prometheus", "mon01")] == "up", health
+
+    def query(expr: str):
+        return _query(prom_port, expr)
+    # Recording rules over the scraped series: the vLLM counters (growing at every scrape, so a rate over
+    # two scrapes) and the GPU power of the textfile script's 8 GPUs.
+    rate = _until("instance:vllm_generation_tokens:rate5m", query("instance:vllm_generation_tokens:rate5m > 0"), deadline)
+    assert rate.keys() == {"gpu01"}
+    power = _until("instance:dcgm_gpu_power_watts:sum", query("instance:dcgm_gpu_power_watts:sum"), deadline)
+    assert power == {"gpu01": pytest.approx(3245.65)}
+    assert query('sum by (instance) (vllm:num_requests_running{job="vllm"})')() == {"gpu01": 54.0}
+    # The recorded counters' ratio survives the scaling: 1 + (19249 + 19312) / (11008 + 10990).
+    length = _until("acceptance length", query("instance:vllm_spec_decode_acceptance_length:rate5m"), deadline)
+    assert length == {"gpu01": pytest.approx(1 + 38561 / 21998)}
+    # Every rule of every group evaluates without error, and the alert for gpu02 is pending (for: 5m).
+    groups = _until("rules evaluated", lambda: [g for g in _api(prom_port, "rules")["groups"]
+                                                if all(r.get("lastEvaluation", "").startswith("20") for r in g["rules"])
+                                                ] or None, deadline)
+    assert {r["name"]: r["health"] for g in groups for r in g["rules"] if r["health"] != "ok"} == {}
+    alerts = _until("VllmServerDown pending", lambda: [a for a in _api(prom_port, "alerts")["alerts"]
+                                                       if a["labels"]["alertname"] == "VllmServerDown"], deadline)
+    assert [(a["labels"]["instance"], a["state"]) for a in alerts] == [("gpu02", "pending")]
+
+
+def panels(dashboard: dict) -> list[dict]:
+    """Every panel, those nested in a collapsed row included."""
+    return [p for top in dashboard["panels"] for p in [top] + top.get("panels", [])]
+
+
+def substitute(expr: str, values: dict[str, str]) -> str:
+    """Grafana's template variables ($name and ${name}) replaced as Grafana would before it queries."""
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
+    assert "$" not in expr, f"a template variable left in {expr!r}"
+    return expr
+
+
+def test_dashboard_queries_return_series(live) -> None:
+    """Every target of every panel returns series from the real Prometheus: a misspelt metric, label or job
+    returns none, and fails here (after one wait for the data, each query is asked once)."""
+    dashboard = json.loads(live.dashboard.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    # The role wrote the routers' vllm_router_min_healthy_workers (2 in this inventory) into the constant.
+    assert variables["floor"]["query"] == "2"
+    # What Grafana puts in: one node (gpu01, the one with data) for $node, the constant, a rate window.
+    values = {"node": "gpu01", "floor": variables["floor"]["query"], "__rate_interval": "1m"}
+    # The node variable's own query: label_values(<selector>, instance) over Prometheus' series.
+    selector, label = re.fullmatch(r"label_values\((.+), (\w+)\)", variables["node"]["query"]).groups()
+    for ready in ("instance:vllm_spec_decode_acceptance_length:rate5m", 'vllm_router_worker_health{job="vllm-router"}',
+                  "DCGM_FI_DEV_GPU_UTIL", f"{selector} == 1"):
+        _until(ready, _query(live.port, ready), live.deadline)
+    assert {r["metric"][label] for r in _api(live.port, "query", query=selector)["result"]} == {"gpu01", "gpu02"}
+
+    empty, asked = [], 0
+    for panel in panels(dashboard):
+        for target in panel.get("targets", []):
+            expr = substitute(target["expr"], values)
+            try:
+                result = _api(live.port, "query", query=expr)["result"]
+            except urllib.error.HTTPError as exc:  # 400: Prometheus refused the expression
+                raise AssertionError(f"panel {panel['title']!r} target {target['refId']}: {expr}: {exc.read().decode()}") from exc
+            asked += 1
+            if not result:
+                empty.append(f"panel {panel['title']!r} target {target['refId']}: {expr}")
+    assert asked >= 25, asked
+    assert empty == [], "queries that return no series:\n" + "\n".join(empty)
+
+
+def test_grafana_provisioning_points_at_prometheus_and_dashboard(live) -> None:
+    """The provisioned datasource is the one the dashboard selects by default, at the Prometheus the role
+    configured; the provider reads the directory the dashboard is written to."""
+    dashboard = json.loads(live.dashboard.read_text())
+    datasources = yaml.safe_load((live.dashboard.parent / "grafana-datasources.yml").read_text())
+    providers = yaml.safe_load((live.dashboard.parent / "grafana-dashboards.yml").read_text())
+    (source,) = datasources["datasources"]
+    default = next(v for v in dashboard["templating"]["list"] if v["name"] == "datasource")
+    assert (source["type"], source["uid"]) == (default["query"], default["current"]["value"])
+    assert source["url"] == f"http://127.0.0.1:{live.port}"
+    # And a query at that URL is answered.
+    assert _api(live.port, "query", query="1+1")["result"][1] == "2"
+    (provider,) = providers["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"] == "/var/lib/grafana/dashboards/gpuserve"
