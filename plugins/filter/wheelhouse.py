@@ -11,11 +11,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _wheelhouse as wh
 
 
-def wheelhouse_push_plan(manifest: t.Mapping[str, t.Any], host_sums: str, path: str,
+def wheelhouse_push_plan(manifest: t.Mapping[str, t.Any], host_sums: t.Mapping[str, str],
                          control: t.Mapping[str, str]) -> list[str]:
-    """manifest | wheelhouse_push_plan(sha256sum stdout, wheelhouse_path, {SHA256SUMS: hex, manifest: hex})."""
+    """manifest | wheelhouse_push_plan(the host's {file: sha256}, {SHA256SUMS: hex, manifest: hex})."""
     try:
-        return wh.push_plan(manifest, control, host_sums, path)
+        return wh.push_plan(manifest, control, host_sums)
     except (KeyError, TypeError, AttributeError) as exc:
         raise AnsibleFilterError(f"wheelhouse_push_plan: needs a format-1 manifest and the sha256 of "
                                  f"{wh.SUMS} and {wh.MANIFEST}, got {exc!r}") from exc

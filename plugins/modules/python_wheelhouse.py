@@ -23,7 +23,11 @@ description:
     the folders above it and its files may be changed by no other user than root (root installs
     from it), each set of O(sets) must be in the manifest (else the pins it lacks are named), and
     each of those sets' files must have the size and sha256 of C(SHA256SUMS). Any wheel in the
-    folder that the manifest does not list is refused too (pip would see it). Nothing is changed.
+    folder that the manifest does not list is refused too (pip would see it). Nothing is changed
+    but the folder's hash record (see RV(hashed)).
+  - O(state=hashed), on a host, read-only - the sha256 of each of O(files) the folder holds
+    (RV(sums)), for the gpuserve.vllm.wheelhouse role to decide what to send; from the hash record
+    where it vouches for a file.
 author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
@@ -31,7 +35,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: O(state=built) reports whether the manifest's sets differ, without running pip.
+    details: O(state=built) reports whether the manifest's sets differ, without running pip; no hash record is written.
   diff_mode:
     support: none
   idempotent:
@@ -45,19 +49,24 @@ options:
     type: path
     required: true
   state:
-    description: V(built) downloads and describes; V(verified) checks on the node.
+    description: V(built) downloads and describes; V(verified) checks on the node; V(hashed) reads hashes.
     type: str
-    choices: [built, verified]
+    choices: [built, verified, hashed]
     default: verified
+  files:
+    description: O(state=hashed) - the file names (in O(path)) to hash; a file the folder lacks is left out of RV(sums).
+    type: list
+    elements: str
+    default: []
   sets:
     description:
       - The install sets. Each is C(name) (what installs it, for example V(uv), V(ml_env), V(vllm)),
         C(requirements) (pinned requirement lines) and C(no_deps) (the set is installed with
         C(--no-deps); only the listed wheels are fetched).
       - Two sets with the same name and different lines are two sets (a fleet mid-upgrade).
+      - Required with O(state=built) and O(state=verified).
     type: list
     elements: dict
-    required: true
   python:
     description: O(state=built) - the interpreter whose pip downloads (default - the one running this module).
     type: path
@@ -155,6 +164,20 @@ size_bytes:
   description: Their total size.
   returned: always
   type: int
+hashed:
+  description:
+    - O(state=verified) - the files whose bytes were read and hashed this time. A file the
+      wheelhouse's root-only record (C(.gpuserve-sha256-record.json)) vouches for - same size,
+      modification and status-change times, inode and device as when it was hashed - is not
+      read again; empty on a re-run where nothing changed.
+  returned: when O(state=verified) or O(state=hashed)
+  type: list
+  elements: str
+sums:
+  description: O(state=hashed) - file name to sha256, for each of O(files) the folder holds.
+  returned: when O(state=hashed)
+  type: dict
+  sample: {"SHA256SUMS": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
 """
 
 import json
@@ -164,7 +187,7 @@ import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _pyenv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _hashrecord, _pyenv
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _wheelhouse as wh
 
 
@@ -310,13 +333,32 @@ def _verify(module: AnsibleModule, sets: list[dict]) -> None:
     fail += [f"{n}: a wheel the manifest does not list (pip would see it)" for n in extra]
     fail += wh.trust_problems(path, names)
     sub_manifest = {"files": {n: manifest["files"][n] for n in names}}
-    fail += wh.verify(path, sub_manifest, {n: sums.get(n, "") for n in names})
+    record = _hashrecord.HashRecord(path)
+    fail += wh.verify(path, sub_manifest, {n: sums.get(n, "") for n in names}, hasher=record.sha256)
+    if not module.check_mode:
+        record.save()
     if fail:
         module.fail_json(msg=f"python_wheelhouse: the wheelhouse {path} cannot serve this host: "
                          f"{'; '.join(fail)}. Nothing was changed on this host; rebuild it with "
                          "gpuserve.vllm.build_wheelhouse for this inventory and copy it here.", sets=sets, problems=fail)
     module.exit_json(path=path, changed=False, sets=sets, fetched=[], removed=[], files=len(names),
-                     size_bytes=sum(manifest["files"][n]["size"] for n in names))
+                     size_bytes=sum(manifest["files"][n]["size"] for n in names), hashed=record.hashed)
+
+
+def _hashed(module: AnsibleModule) -> None:
+    """The sha256 of each named file the folder holds (a regular file, not followed through a link)."""
+    path = module.params["path"]
+    record = _hashrecord.HashRecord(path)
+    sums = {}
+    for name in sorted(set(module.params["files"])):
+        if os.path.basename(name) != name or name in ("", ".", ".."):
+            module.fail_json(msg=f"python_wheelhouse: files: {name!r} is not a file name in {path}")
+        full = os.path.join(path, name)
+        if os.path.isfile(full) and not os.path.islink(full):
+            sums[name] = record.sha256(full)
+    if not module.check_mode:
+        record.save()
+    module.exit_json(path=path, changed=False, sums=sums, hashed=record.hashed)
 
 
 def main() -> None:
@@ -324,8 +366,9 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["built", "verified"], "default": "verified"},
-            "sets": {"type": "list", "elements": "dict", "required": True},
+            "state": {"type": "str", "choices": ["built", "verified", "hashed"], "default": "verified"},
+            "sets": {"type": "list", "elements": "dict"},
+            "files": {"type": "list", "elements": "str", "default": []},
             "python": {"type": "path"},
             "host_python": {"type": "path", "default": "/usr/bin/python3"},
             "python_version": {"type": "str", "default": "3.11"},
@@ -336,8 +379,11 @@ def main() -> None:
             "no_index": {"type": "bool", "default": False},
             "prune": {"type": "bool", "default": True},
         },
+        required_if=[("state", "built", ["sets"]), ("state", "verified", ["sets"])],
         supports_check_mode=True,
     )
+    if module.params["state"] == "hashed":
+        _hashed(module)
     sets = _sets(module)
     if module.params["state"] == "built":
         _build(module, sets)

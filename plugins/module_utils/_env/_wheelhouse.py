@@ -274,17 +274,13 @@ def hashed_lock(manifest: t.Mapping[str, t.Any], resolved: t.Sequence[t.Mapping[
     return "".join(line + "\n" for line in sorted(lines))
 
 
-def push_plan(manifest: t.Mapping[str, t.Any], control: t.Mapping[str, str], host_sums: str, directory: str) -> list[str]:
-    """What a push must send: the wheels whose sha256 on the host (`sha256sum` of the folder's
-    files, run there) is not the manifest's, then SHA256SUMS and the manifest when theirs differ
-    from the controller's (`control`). They go last: a host never holds a manifest naming a wheel
-    that has not arrived whole. A file the host lacks has no line and is sent.
+def push_plan(manifest: t.Mapping[str, t.Any], control: t.Mapping[str, str], on_host: t.Mapping[str, str]) -> list[str]:
+    """What a push must send: the wheels whose sha256 on the host (`on_host`, file name to
+    sha256: python_wheelhouse state=hashed run there) is not the manifest's, then SHA256SUMS and
+    the manifest when theirs differ from the controller's (`control`). They go last: a host never
+    holds a manifest naming a wheel that has not arrived whole. A file the host lacks has no sum
+    and is sent.
     """
-    on_host = {}
-    for line in host_sums.splitlines():
-        parts = line.split("  ", 1)
-        if len(parts) == 2 and os.path.normpath(os.path.dirname(parts[1])) == os.path.normpath(directory):
-            on_host[os.path.basename(parts[1])] = parts[0]
     wheels = sorted(n for n, meta in manifest["files"].items() if on_host.get(n) != meta["sha256"])
     return wheels + [n for n in (SUMS, MANIFEST) if on_host.get(n) != control[n]]
 

@@ -130,6 +130,32 @@ def test_verify_names_the_pin_a_node_needs_that_the_wheelhouse_lacks(monkeypatch
     assert "Nothing was changed on this host" in result["msg"]
 
 
+def test_a_reverify_reads_no_byte_the_record_vouches_for(monkeypatch, tmp_path, mirror):
+    house = tmp_path / "wh"
+    _build(monkeypatch, house, mirror)
+    first = _verify(monkeypatch, house)
+    assert sorted(first["hashed"]) == ["gpuserve_dep-1.0-py3-none-any.whl", "gpuserve_probe-1.0-py3-none-any.whl"]
+    again = _verify(monkeypatch, house)
+    assert not again["failed"] and again["hashed"] == []
+
+
+def test_a_byte_flipped_under_the_record_is_found_though_size_and_mtime_were_put_back(monkeypatch, tmp_path, mirror):
+    """What a careful tamperer does: same size, the old modification time set back with utime.
+    The status-change time moved (only root can set it back), so the record vouches for nothing."""
+    house = tmp_path / "wh"
+    _build(monkeypatch, house, mirror)
+    assert not _verify(monkeypatch, house)["failed"]
+    probe = house / "gpuserve_probe-1.0-py3-none-any.whl"
+    before = probe.stat()
+    data = bytearray(probe.read_bytes())
+    data[10] ^= 1
+    probe.write_bytes(bytes(data))
+    os.utime(probe, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (probe.stat().st_size, probe.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    result = _verify(monkeypatch, house)
+    assert result["failed"] and "gpuserve_probe-1.0-py3-none-any.whl: sha256 differs" in result["msg"]
+
+
 @pytest.mark.parametrize("harm", ["flip", "extra", "world_writable", "no_manifest"])
 def test_verify_refuses_what_a_bad_day_leaves(monkeypatch, tmp_path, mirror, harm):
     house = tmp_path / "wh"
@@ -162,3 +188,23 @@ def test_verify_refuses_a_wheelhouse_built_for_another_python(monkeypatch, tmp_p
 
 def test_a_wheel_cut_short_is_not_whole():
     assert not python_wheelhouse._is_whole_wheel(os.devnull)
+
+
+def test_hashed_gives_the_sums_of_the_files_the_host_holds_reading_each_once(monkeypatch, tmp_path, mirror):
+    house = tmp_path / "wh"
+    _build(monkeypatch, house, mirror)
+    names = ["gpuserve_probe-1.0-py3-none-any.whl", "gpuserve_tool-0.1-py3-none-any.whl", wh.SUMS]
+    (house / names[1]).unlink()  # a push killed before this wheel arrived
+    args = {"path": str(house), "state": "hashed", "files": names}
+    first = run_module_main(python_wheelhouse, args, monkeypatch)
+    expected = {n: wh.sha256_file(str(house / n)) for n in (names[0], names[2])}
+    assert (first["failed"], first["changed"], first["sums"]) == (False, False, expected)
+    again = run_module_main(python_wheelhouse, args, monkeypatch)
+    assert (again["sums"], again["hashed"]) == (expected, [])
+
+
+def test_hashed_refuses_a_name_that_is_not_a_file_of_the_folder(monkeypatch, tmp_path, mirror):
+    house = tmp_path / "wh"
+    _build(monkeypatch, house, mirror)
+    result = run_module_main(python_wheelhouse, {"path": str(house), "state": "hashed", "files": ["../etc/shadow"]}, monkeypatch)
+    assert result["failed"] and "'../etc/shadow' is not a file name in" in result["msg"]
