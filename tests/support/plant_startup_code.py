@@ -15,7 +15,8 @@ data, the model class facts vLLM's registry would otherwise inspect). In the hom
 .profile and .bashrc for shells. The planted code drops a file named uid-<uid>-pid-<pid> into
 MARKERS when it runs, so a test can see who ran it. Also tries to change a file of each virtual
 environment. Prints JSON: {"planted": [...], "refused": {path: error}, "changed_env_file":
-[...]}; plants nothing where it cannot, and never raises for that.
+[...], "files": [every file it created], "appended": [the files that were there before]} (for
+a test that removes its plants); plants nothing where it cannot, and never raises for that.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ def write_files(files: dict, report: dict, key: str, mode: str = "x") -> None:
     try:
         for path, content in files.items():
             os.makedirs(os.path.dirname(path), exist_ok=True)  # the user site need not exist yet
+            existed = os.path.exists(path)
             with open(path, mode, encoding="utf-8") as handle:
                 handle.write(content)
+            report["appended" if existed else "files"].append(path)
         report["planted"].append(key)
     except OSError as exc:
         report["refused"][key] = errno.errorcode.get(exc.errno or 0, str(exc))
@@ -79,6 +82,7 @@ def plant_bytecode(python: str, prefix: str, markers: str, report: dict) -> None
         write_files({planted: payload(markers) + handle.read()}, report, pyc)
     if pyc in report["planted"]:
         subprocess.run([python, "-I", "-c", COMPILE, planted, pyc, source], check=True)
+        report["files"].append(pyc)
 
 
 def plant_caches(cache_dir: str, home: str, markers: str, report: dict) -> None:
@@ -107,7 +111,7 @@ def change_env_file(python: str, report: dict) -> None:
 
 def main() -> None:
     markers, cache_dir, pythons = sys.argv[1], sys.argv[2], sys.argv[3:]
-    report: dict = {"planted": [], "refused": {}, "changed_env_file": [], "working_dir": os.getcwd()}
+    report: dict = {"planted": [], "refused": {}, "changed_env_file": [], "files": [], "appended": [], "working_dir": os.getcwd()}
     folders = [os.getcwd()]
     for python in pythons:
         found = subprocess.run([python, "-c", ASK], capture_output=True, text=True, check=True)
