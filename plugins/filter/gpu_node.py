@@ -43,8 +43,22 @@ def gpu_node_driver_plan(observed: t.Any) -> dict[str, t.Any]:
         raise AnsibleFilterError("gpu_node_driver_plan: %s" % exc) from exc
 
 
+def gpu_node_driver_next_problems(apt_check: t.Any, packages: t.Any, min_branch: t.Any = None) -> list[str]:
+    """apt's check-mode result | gpu_node_driver_next_problems(packages, min_branch) -> packages below the branch."""
+    stdout = apt_check.get("stdout", "") if isinstance(apt_check, dict) else apt_check
+    if not isinstance(stdout, str) or not isinstance(packages, (list, tuple)):
+        raise AnsibleFilterError("gpu_node_driver_next_problems: expected ansible.builtin.apt's check-mode result and a "
+                                 "list of package names, got %r and %r" % (apt_check, packages))
+    try:
+        branch = None if min_branch in (None, "") else int(min_branch)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("gpu_node_driver_next_problems: min_branch must be a number, got %r" % (min_branch,)) from exc
+    return _driver_plan.next_driver_problems(stdout, [str(name) for name in packages], branch)
+
+
 class FilterModule:
     """gpuserve.vllm gpu_node filters."""
 
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {"gpu_node_acceptance_plan": gpu_node_acceptance_plan, "gpu_node_driver_plan": gpu_node_driver_plan}
+        return {"gpu_node_acceptance_plan": gpu_node_acceptance_plan, "gpu_node_driver_plan": gpu_node_driver_plan,
+                "gpu_node_driver_next_problems": gpu_node_driver_next_problems}

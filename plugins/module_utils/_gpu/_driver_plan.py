@@ -15,6 +15,7 @@ whatever run installed it.
 
 from __future__ import annotations
 
+import re
 import typing as t
 
 SERVING_STATES = ("active", "inactive", "unknown")
@@ -101,3 +102,31 @@ def serving_from(active_state: str) -> str:
     if not state:
         return "unknown"
     return "inactive" if state in ("inactive", "failed") else "active"
+
+
+# apt's simulate lines (what ansible.builtin.apt's check mode prints): "Inst <name> [<installed>]
+# (<candidate> <release> [<arch>])", the bracket only for an upgrade.
+_APT_INST = re.compile(r"^Inst (\S+) (?:\[(\S+)\] )?\((\S+) ")
+
+
+def next_driver_problems(apt_check_stdout: str, packages: t.Sequence[str], min_branch: int | None) -> list[str]:
+    """The driver packages apt would install (its check of ``packages``) that are below the
+    minimum branch: judged before anything is installed or staged, so a serving node is never
+    drained and rebooted into a driver its GPUs cannot use. A version without a numeric branch
+    is named too (unknown is not "new enough")."""
+    if min_branch is None:
+        return []
+    planned = {m.group(1).split(":")[0]: m.group(3)
+               for m in (_APT_INST.match(line) for line in (apt_check_stdout or "").splitlines()) if m}
+    problems = []
+    for name in packages:
+        version = planned.get(name)
+        if version is None:
+            continue  # not changed by this run
+        upstream = version.split(":", 1)[-1]
+        head = upstream.split(".", 1)[0]
+        if not head.isdigit():
+            problems.append("%s %s: no driver branch in its version (expected <branch>.<minor>...)" % (name, version))
+        elif int(head) < min_branch:
+            problems.append("%s %s is branch %s, below the required branch %d" % (name, version, head, min_branch))
+    return problems

@@ -45,3 +45,22 @@ def test_driver_plan_from_what_driver_yml_reads() -> None:
 def test_driver_plan_refuses_what_is_not_a_dict() -> None:
     with pytest.raises(AnsibleFilterError, match="gpu_node_driver_plan: expected a dict"):
         FILTERS["gpu_node_driver_plan"]("active")
+
+
+APT_CHECK = {"changed": True, "stdout": "Inst nvidia-open [570.172.08-1] (550.163.01-1 NVIDIA:cuda/debian12 [amd64])\n"}
+
+
+def test_next_driver_problems_reads_the_apt_result() -> None:
+    assert FILTERS["gpu_node_driver_next_problems"](APT_CHECK, ["nvidia-open"], "570") == [
+        "nvidia-open 550.163.01-1 is branch 550, below the required branch 570"]
+    assert FILTERS["gpu_node_driver_next_problems"](APT_CHECK, ["nvidia-open"], None) == []
+
+
+@pytest.mark.parametrize(("apt_check", "packages", "minimum", "says"), [
+    (None, ["nvidia-open"], 570, "expected ansible.builtin.apt's check-mode result"),
+    (APT_CHECK, "nvidia-open", 570, "expected ansible.builtin.apt's check-mode result"),
+    (APT_CHECK, ["nvidia-open"], "five-seventy", "min_branch must be a number"),
+])
+def test_next_driver_problems_refuses_what_it_cannot_read(apt_check: object, packages: object, minimum: object, says: str) -> None:
+    with pytest.raises(AnsibleFilterError, match=says):
+        FILTERS["gpu_node_driver_next_problems"](apt_check, packages, minimum)

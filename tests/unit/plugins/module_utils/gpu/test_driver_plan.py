@@ -7,6 +7,7 @@ node reboots only in the serve play (drained), and unknown is treated as serving
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,38 @@ def test_serving_from_active_state(state: str, serving: str) -> None:
 def test_refuses_a_serving_state_it_does_not_know() -> None:
     with pytest.raises(dp.DriverPlanError, match="serving must be one of"):
         plan(serving="running")
+
+
+# --- the next driver's branch, from apt's plan, before anything is installed or staged ---------
+FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "gpu_node"
+
+
+def _apt_line(name: str, new: str, old: str = "") -> str:
+    """One line in the format of the recorded apt-check-*.txt (apt 2.6's simulate output)."""
+    return "Inst %s %s(%s NVIDIA:cuda/debian12 [amd64])" % (name, "[%s] " % old if old else "", new)
+
+
+def test_the_recorded_apt_plans_are_read_new_packages_and_upgrades():
+    new = (FIXTURES / "apt-check-new-packages.txt").read_text()
+    upgrade = (FIXTURES / "apt-check-upgrade.txt").read_text()
+    assert dp.next_driver_problems(new, ["jq", "libonig5"], 2) == ["jq 1.6-2.1+deb12u3 is branch 1, below the required branch 2"]
+    assert dp.next_driver_problems(upgrade, ["libexpat1", "ca-certificates"], 3) == [
+        "libexpat1 2.5.0-1+deb12u5 is branch 2, below the required branch 3",  # the candidate, not [2.5.0-1+deb12u2]
+        "ca-certificates 20250419~deb12u2: no driver branch in its version (expected <branch>.<minor>...)"]
+
+
+@pytest.mark.parametrize(("lines", "packages", "minimum", "expected"), [
+    ([_apt_line("nvidia-open", "580.95.05-1")], ["nvidia-open"], 570, []),
+    ([_apt_line("nvidia-open", "580.95.05-1", old="570.172.08-1")], ["nvidia-open"], 580, []),
+    ([_apt_line("nvidia-driver-550-server-open", "550.163.01-0ubuntu1")], ["nvidia-driver-550-server-open"], 570,
+     ["nvidia-driver-550-server-open 550.163.01-0ubuntu1 is branch 550, below the required branch 570"]),
+    ([_apt_line("nvidia-driver", "1:550.163.01-2")], ["nvidia-driver"], 570,
+     ["nvidia-driver 1:550.163.01-2 is branch 550, below the required branch 570"]),  # an epoch
+    ([_apt_line("nvidia-driver", "latest-1")], ["nvidia-driver"], 570,
+     ["nvidia-driver latest-1: no driver branch in its version (expected <branch>.<minor>...)"]),
+    ([_apt_line("libnvidia-compute-550", "550.163.01-1")], ["nvidia-open"], 570, []),  # not a package this run installs
+    ([], ["nvidia-open"], 570, []),  # apt changes nothing: the preflight judges the driver there is
+    ([_apt_line("nvidia-driver-550-server-open", "550.163.01-0ubuntu1")], ["nvidia-driver-550-server-open"], None, []),
+])
+def test_the_next_driver_below_the_branch_is_named(lines, packages, minimum, expected):
+    assert dp.next_driver_problems("\n".join(["Reading package lists..."] + lines), packages, minimum) == expected
