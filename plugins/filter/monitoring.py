@@ -1,8 +1,8 @@
 # Copyright: gpuserve maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the monitoring role and fleet_status.yml: Prometheus' scrape targets, the fleet's status table.
+"""Filters of the monitoring role and fleet_status.yml: Prometheus' scrape targets and alert rules, the fleet's status table.
 
-The logic is table-tested Python (module_utils/_monitor/_targets.py, _status.py).
+The logic is table-tested Python (module_utils/_monitor/_targets.py, _rules.py, _status.py).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._monitor import _rules as mr
 from ansible_collections.gpuserve.vllm.plugins.module_utils._monitor import _status as ms
 from ansible_collections.gpuserve.vllm.plugins.module_utils._monitor import _targets as mt
 
@@ -22,6 +23,19 @@ def monitoring_scrape_configs(nodes: t.Sequence[t.Mapping[str, t.Any]], routers:
         return mt.scrape_configs(list(nodes or []), list(routers or []), dict(settings or {}))
     except mt.TargetsError as exc:
         raise AnsibleFilterError(f"monitoring_scrape_configs: {exc}") from exc
+
+
+def monitoring_rules(files: t.Any, alert_for: t.Any = None, disabled: t.Any = None) -> dict[str, t.Any]:
+    """{file name: parsed rules} | monitoring_rules(monitoring_alert_for, monitoring_alerts_disabled) -> the same, tuned."""
+    if not isinstance(files, t.Mapping):
+        raise AnsibleFilterError(f"monitoring_rules: expected the rules files by name, found {files!r}")
+    if not isinstance(alert_for or {}, t.Mapping) or not isinstance(disabled or [], (list, tuple)):
+        raise AnsibleFilterError("monitoring_rules: monitoring_alert_for must be a mapping (alert name: duration) and "
+                                 f"monitoring_alerts_disabled a list of alert names, found {alert_for!r} and {disabled!r}")
+    try:
+        return mr.tune(dict(files), dict(alert_for or {}), [str(name) for name in disabled or []])
+    except mr.RulesError as exc:
+        raise AnsibleFilterError(f"monitoring_rules (monitoring_alert_for, monitoring_alerts_disabled): {exc}") from exc
 
 
 def fleet_status_table(nodes: t.Sequence[t.Mapping[str, t.Any]], now: t.Any) -> dict[str, t.Any]:
@@ -39,5 +53,6 @@ class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
             "monitoring_scrape_configs": monitoring_scrape_configs,
+            "monitoring_rules": monitoring_rules,
             "fleet_status_table": fleet_status_table,
         }

@@ -14,8 +14,9 @@ listener is a TEST DOUBLE answering vllm_router_worker_health for both workers (
 recorded: the name and its label `worker` are those test_metric_names.py checks).
 
 test_real_prometheus_scrapes_and_evaluates, through Prometheus' HTTP API: the targets' health,
-recording rules evaluated over the scraped series, every rule healthy, VllmServerDown pending for
-gpu02. test_dashboard_queries_return_series: every target of every panel of the Grafana dashboard
+recording rules evaluated over the scraped series, every rule healthy, and the rules as the role
+writes them for an inventory that tunes them: VllmServerDown firing for gpu02 after its `for:` of
+2 s (monitoring_alert_for), VllmFleetCapacityLow not loaded (monitoring_alerts_disabled). test_dashboard_queries_return_series: every target of every panel of the Grafana dashboard
 the role provisions (rendered by the role's own vars, as the role writes it) returns series.
 Loopback only; every wait is bounded, and Prometheus runs under `timeout` so it stops by itself even
 if this test is killed.
@@ -130,8 +131,6 @@ def _render(tmp_path: Path, vllm_port: int, node_port: int, router_port: int, pr
     Grafana dashboard as the role writes it (dashboard.json)."""
     rules = tmp_path / "rules"
     rules.mkdir()
-    for path in (ROLE / "files" / "rules").glob("*.rules.yml"):
-        shutil.copy(path, rules / path.name)
     (tmp_path / "hosts.ini").write_text(
         "[gpu_nodes]\n"
         f"gpu01 vllm_router_worker_address=127.0.0.1 vllm_server_host=0.0.0.0 vllm_server_port={vllm_port}\n"
@@ -155,6 +154,13 @@ def _render(tmp_path: Path, vllm_port: int, node_port: int, router_port: int, pr
         dest: {tmp_path}/prometheus.yml
         mode: "0644"
         validate: "{promtool()} check config %s"
+    - name: The fleet's rules as the role writes them (tuned by the inventory, checked by promtool)
+      ansible.builtin.copy:
+        content: "{{{{ item.value | to_nice_yaml(indent=2, width=4096) }}}}"
+        dest: "{rules}/{{{{ item.key }}}}"
+        mode: "0644"
+        validate: "{promtool()} check rules %s"
+      loop: "{{{{ __monitoring_rules | dict2items }}}}"
     - name: The Grafana dashboard as the role writes it
       ansible.builtin.copy:
         content: "{{{{ __monitoring_grafana_dashboard | to_nice_json(indent=2) }}}}\n"
@@ -171,7 +177,9 @@ def _render(tmp_path: Path, vllm_port: int, node_port: int, router_port: int, pr
     (tmp_path / "vars.json").write_text(json.dumps({
         "monitoring_prometheus_rules_dir": str(rules), "monitoring_scrape_interval": "1s", "monitoring_scrape_timeout": "1s",
         "monitoring_evaluation_interval": "1s", "monitoring_node_exporter_port": node_port,
-        "monitoring_prometheus_port": prom_port, "role_path": str(ROLE)}))
+        "monitoring_prometheus_port": prom_port, "role_path": str(ROLE),
+        # The inventory's tuning: VllmServerDown fires after 2 s instead of 5 minutes; one alert left out.
+        "monitoring_alert_for": {"VllmServerDown": "2s"}, "monitoring_alerts_disabled": ["VllmFleetCapacityLow"]}))
     result = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.ini"), str(tmp_path / "render.yml"),
                              "-e", f"@{tmp_path / 'vars.json'}"],
                             capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
@@ -242,14 +250,18 @@ def test_real_prometheus_scrapes_and_evaluates(live) -> None:
     # The recorded counters' ratio survives the scaling: 1 + (19249 + 19312) / (11008 + 10990).
     length = _until("acceptance length", query("instance:vllm_spec_decode_acceptance_length:rate5m"), deadline)
     assert length == {"gpu01": pytest.approx(1 + 38561 / 21998)}
-    # Every rule of every group evaluates without error, and the alert for gpu02 is pending (for: 5m).
+    # Every rule of every group evaluates without error; the alert for gpu02 fires (the inventory's for: 2s),
+    # and the alert the inventory left out is not loaded.
     groups = _until("rules evaluated", lambda: [g for g in _api(prom_port, "rules")["groups"]
                                                 if all(r.get("lastEvaluation", "").startswith("20") for r in g["rules"])
                                                 ] or None, deadline)
     assert {r["name"]: r["health"] for g in groups for r in g["rules"] if r["health"] != "ok"} == {}
-    alerts = _until("VllmServerDown pending", lambda: [a for a in _api(prom_port, "alerts")["alerts"]
-                                                       if a["labels"]["alertname"] == "VllmServerDown"], deadline)
-    assert [(a["labels"]["instance"], a["state"]) for a in alerts] == [("gpu02", "pending")]
+    assert "VllmFleetCapacityLow" not in {r["name"] for g in groups for r in g["rules"]}
+    assert "VllmServerDown" in {r["name"] for g in groups for r in g["rules"]}
+    alerts = _until("VllmServerDown firing", lambda: [a for a in _api(prom_port, "alerts")["alerts"]
+                                                      if a["labels"]["alertname"] == "VllmServerDown"
+                                                      and a["state"] == "firing"], deadline)
+    assert [a["labels"]["instance"] for a in alerts] == ["gpu02"]
 
 
 def panels(dashboard: dict) -> list[dict]:

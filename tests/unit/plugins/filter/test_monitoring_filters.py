@@ -12,7 +12,7 @@ FILTERS = FilterModule().filters()
 
 
 def test_registered_names() -> None:
-    assert set(FILTERS) == {"monitoring_scrape_configs", "fleet_status_table"}
+    assert set(FILTERS) == {"monitoring_scrape_configs", "monitoring_rules", "fleet_status_table"}
 
 
 def test_scrape_configs_from_what_the_role_passes() -> None:
@@ -32,3 +32,23 @@ def test_fleet_status_table_takes_now_as_ansible_gives_it() -> None:
     assert result["summary"] == "1 node(s): 0 healthy, 0 not healthy, 1 unknown; 0 with a restart pending"
     with pytest.raises(AnsibleFilterError, match="fleet_status_table: now must be epoch seconds, found 'soon'"):
         FILTERS["fleet_status_table"]([], "soon")
+
+
+RULES = {"a.rules.yml": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up == 0", "for": "5m"}]}]}}
+
+
+def test_monitoring_rules_takes_the_role_defaults_as_given() -> None:
+    assert FILTERS["monitoring_rules"](RULES, {}, []) == RULES
+    assert FILTERS["monitoring_rules"](RULES, None, None) == RULES
+    assert FILTERS["monitoring_rules"](RULES, {"A": "1m"}, [])["a.rules.yml"]["groups"][0]["rules"][0]["for"] == "1m"
+
+
+@pytest.mark.parametrize(("files", "alert_for", "disabled", "says"), [
+    (RULES, {"B": "1m"}, [], r"monitoring_rules \(monitoring_alert_for, monitoring_alerts_disabled\): no alert named B"),
+    (RULES, ["A"], [], "monitoring_alert_for must be a mapping"),
+    (RULES, {}, "A", "monitoring_alerts_disabled a list of alert names"),
+    ([RULES], {}, [], "expected the rules files by name"),
+])
+def test_monitoring_rules_refusals_are_filter_errors(files, alert_for, disabled, says) -> None:
+    with pytest.raises(AnsibleFilterError, match=says):
+        FILTERS["monitoring_rules"](files, alert_for, disabled)
