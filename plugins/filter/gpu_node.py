@@ -63,11 +63,14 @@ def gpu_node_nccl_tests_plan(observed: t.Any) -> dict[str, t.Any]:
         gencode = str(observed.get("gencode") or "").strip() or \
             _nccl_tests_plan.gencode_for(str(observed.get("compute_capability") or ""))
         record = observed.get("record")
+        packages = _strings(observed.get("packages"), "gpu_node_nccl_tests_packages")
+        # apt-cache policy's output when it was asked (packages named, the binary missing).
+        missing = _nccl_tests_plan.without_candidate(packages, str(observed["apt_policy"])) \
+            if observed.get("apt_policy") is not None else []
         return _nccl_tests_plan.plan(
             method=str(observed.get("method") or "auto"), host=str(observed.get("host") or "this node"),
             binary=str(observed["binary"]), binary_ok=boolean(observed.get("binary_ok", False), strict=False),
-            packages=_strings(observed.get("packages"), "gpu_node_nccl_tests_packages"),
-            packages_missing=_strings(observed.get("packages_missing"), "packages_missing"),
+            packages=packages, packages_missing=missing,
             version=str(observed["version"]), sha256=str(observed.get("sha256") or ""),
             source=str(observed["source"]), install_dir=str(observed["install_dir"]),
             record=record if isinstance(record, dict) else None,

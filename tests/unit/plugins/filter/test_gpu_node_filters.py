@@ -48,7 +48,7 @@ def test_driver_plan_refuses_what_is_not_a_dict() -> None:
 
 
 NCCL_TESTS = {"method": "auto", "host": "gpu-07", "binary": "/opt/nccl-tests/build/all_reduce_perf", "binary_ok": False,
-              "packages": [], "packages_missing": [], "version": "2.17.6", "sha256": "a" * 64,
+              "packages": [], "apt_policy": None, "version": "2.17.6", "sha256": "a" * 64,
               "source": "/srv/nccl-tests-2.17.6.tar.gz", "install_dir": "/opt/nccl-tests-2.17.6", "record": None,
               "built_ok": False, "cuda_home": "/usr/local/cuda", "nvcc": True,
               "nvcc_output": "Cuda compilation tools, release 12.8, V12.8.93", "nccl_home": "/usr", "nccl_header": True,
@@ -76,3 +76,13 @@ def test_nccl_tests_plan_takes_the_role_s_values(flags: dict[str, object], actio
 def test_nccl_tests_plan_refuses_bad_input(observed: object, match: str) -> None:
     with pytest.raises(AnsibleFilterError, match=match):
         FILTERS["gpu_node_nccl_tests_plan"](observed)
+
+
+POLICY = "nccl-tests:\n  Installed: (none)\n  Candidate: 2.17.6-1\n  Version table:\n     2.17.6-1 500\n"
+
+
+@pytest.mark.parametrize("packages, policy, action", [
+    (["nccl-tests"], POLICY, "packages"), (["nccl-tests"], POLICY.replace("2.17.6-1\n  Version", "(none)\n  Version"), "build"),
+    (["nccl-tests", "other"], POLICY, "build"), (["nccl-tests"], "", "build")])
+def test_nccl_tests_plan_reads_apt_s_candidates(packages: list[str], policy: str, action: str) -> None:
+    assert FILTERS["gpu_node_nccl_tests_plan"](dict(NCCL_TESTS, packages=packages, apt_policy=policy))["action"] == action

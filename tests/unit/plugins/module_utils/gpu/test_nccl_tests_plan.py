@@ -159,3 +159,24 @@ def test_invariants_over_every_input(values: tuple[object, ...]) -> None:
     if method == "present":
         assert got["action"] in ("present", "refuse")
     assert got["reason"]
+
+
+# apt-cache policy (apt 2.6, Debian 12) for a package it has, one only known as (none), one it does not know.
+APT_POLICY = """libnccl-dev:
+  Installed: (none)
+  Candidate: 2.27.7-1+cuda12.9
+  Version table:
+     2.27.7-1+cuda12.9 600
+        600 https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64  Packages
+nccl-tests:
+  Installed: (none)
+  Candidate: (none)
+  Version table:
+"""
+
+
+@pytest.mark.parametrize("packages, missing", [
+    (["libnccl-dev"], []), (["nccl-tests"], ["nccl-tests"]), (["unknown-name"], ["unknown-name"]),
+    (["libnccl-dev", "nccl-tests", "unknown-name"], ["nccl-tests", "unknown-name"]), ([], [])])
+def test_without_candidate(packages: list[str], missing: list[str]) -> None:
+    assert ntp.without_candidate(packages, APT_POLICY) == missing
