@@ -171,5 +171,6 @@ def plan(**ctx: t.Any) -> dict[str, t.Any]:
     if ctx["sha256"]:
         return _source_plan(ctx)
     tail = "; " + no_candidate if no_candidate else ""
-    tail += ", and gpu_node_nccl_tests_sha256 is empty (no pinned source to build)"
+    tail += (", and gpu_node_nccl_tests_sha256 is empty: nccl-tests %s is never built from an unpinned source"
+             % ctx["version"])
     return _refuse(_missing_binary(ctx, tail))
