@@ -161,7 +161,8 @@ def test_invariants_over_every_input(values: tuple[object, ...]) -> None:
     assert got["reason"]
 
 
-# apt-cache policy (apt 2.6, Debian 12) for a package it has, one only known as (none), one it does not know.
+# apt-cache policy's format (apt 2.6) for NVIDIA's repository, written from the recorded answer below: a package
+# it has, one known without candidate, one it does not know.
 APT_POLICY = """libnccl-dev:
   Installed: (none)
   Candidate: 2.27.7-1+cuda12.9
@@ -180,3 +181,24 @@ nccl-tests:
     (["libnccl-dev", "nccl-tests", "unknown-name"], ["nccl-tests", "unknown-name"]), ([], [])])
 def test_without_candidate(packages: list[str], missing: list[str]) -> None:
     assert ntp.without_candidate(packages, APT_POLICY) == missing
+
+
+# Recorded on a Debian 12 host (apt 2.6): `apt-cache policy -- make mail-transport-agent nosuchpkg-xyz`
+# (a package with a candidate, a virtual one without, an unknown name: nothing printed, exit 0).
+APT_POLICY_RECORDED = """make:
+  Installed: 4.3-4.1
+  Candidate: 4.3-4.1
+  Version table:
+ *** 4.3-4.1 500
+        500 http://deb.debian.org/debian bookworm/main amd64 Packages
+        100 /var/lib/dpkg/status
+mail-transport-agent:
+  Installed: (none)
+  Candidate: (none)
+  Version table:
+"""
+
+
+def test_without_candidate_on_a_recorded_answer() -> None:
+    assert ntp.without_candidate(["make", "mail-transport-agent", "nosuchpkg-xyz"], APT_POLICY_RECORDED) == [
+        "mail-transport-agent", "nosuchpkg-xyz"]
