@@ -87,8 +87,9 @@ def test_the_record_is_what_the_build_used() -> None:
 
 
 @pytest.mark.parametrize("kw, fragments", [
-    ({"method": "source", "sha256": ""}, ["gpu_node_nccl_tests_sha256 is empty", "never built from an unpinned source", "2.17.6 on gpu-07",
-                      "https://github.com/NVIDIA/nccl-tests/archive/v2.17.6.tar.gz", "gpu_node_acceptance: false"]),
+    ({"method": "source", "sha256": ""},
+     ["gpu_node_nccl_tests_sha256 is empty", "never built from an unpinned source", "2.17.6 on gpu-07",
+      "https://github.com/NVIDIA/nccl-tests/archive/v2.17.6.tar.gz", "gpu_node_acceptance: false"]),
     ({"nvcc": False}, ["/usr/local/cuda/bin/nvcc does not exist", "gpu_node_nccl_tests_cuda_home", "CUDA toolkit",
                        "gpu_node_nccl_tests_packages"]),
     ({"nvcc_output": "garbage"}, ["does not name a CUDA release", "'garbage'"]),
