@@ -91,8 +91,8 @@ def _source_plan(ctx: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
               "cuda_home": ctx["cuda_home"], "nccl_home": ctx["nccl_home"], "gencode": ctx["gencode"], "mpi": 0}
     record = ctx["record"]
     if isinstance(record, dict) and all(record.get(key) == wanted[key] for key in RECORD_KEYS) and ctx["built_ok"]:
-        reason = "nccl-tests %s already built in %s with CUDA %s (%s)" % (ctx["version"], ctx["install_dir"], cuda,
-                                                                           ctx["gencode"])
+        reason = "nccl-tests %s already built in %s with CUDA %s (%s)" % (
+            ctx["version"], ctx["install_dir"], cuda, ctx["gencode"])
         return {"action": BUILT, "binary": binary, "record": wanted, "build_packages": [], "reason": reason}
     if not ctx["make"]:
         return _refuse("cannot build nccl-tests %s: make is not on PATH (install build-essential, which nvcc needs "
