@@ -1,8 +1,10 @@
 # Copyright: gpuserve maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the gpu_node role: the driver's steps, and whether node acceptance runs again.
+"""Filters of the gpu_node role: the driver's steps, whether node acceptance runs again, and where
+it gets nccl-tests' all_reduce_perf.
 
-The decisions are table-tested Python (module_utils/_gpu/_driver_plan.py, _acceptance_key.py), not Jinja.
+The decisions are table-tested Python (module_utils/_gpu/_driver_plan.py, _acceptance_key.py,
+_nccl_tests_plan.py), not Jinja.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _acceptance_key as acckey
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _driver_plan
+from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nccl_tests_plan
 
 
 def gpu_node_acceptance_plan(observed: t.Any, force: t.Any = False) -> dict[str, t.Any]:
@@ -56,9 +59,50 @@ def gpu_node_driver_next_problems(apt_check: t.Any, packages: t.Any, min_branch:
     return _driver_plan.next_driver_problems(stdout, [str(name) for name in packages], branch)
 
 
+def _strings(value: t.Any, name: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise AnsibleFilterError("gpu_node_nccl_tests_plan: %s must be a list, got %r" % (name, value))
+    return [str(item) for item in value]
+
+
+def gpu_node_nccl_tests_plan(observed: t.Any) -> dict[str, t.Any]:
+    """What nccl_tests.yml read (the binary, apt's candidates, the last build's record, CUDA, NCCL, make)
+    -> action (present, packages, build, built, refuse), binary, record, build_packages, reason."""
+    if not isinstance(observed, dict):
+        raise AnsibleFilterError("gpu_node_nccl_tests_plan: expected a dict of what the node shows, got %r" % (observed,))
+    try:
+        gencode = str(observed.get("gencode") or "").strip() or \
+            _nccl_tests_plan.gencode_for(str(observed.get("compute_capability") or ""))
+        record = observed.get("record")
+        packages = _strings(observed.get("packages"), "gpu_node_nccl_tests_packages")
+        # apt-cache policy's output when it was asked (packages named, the binary missing).
+        missing = _nccl_tests_plan.without_candidate(packages, str(observed["apt_policy"])) \
+            if observed.get("apt_policy") is not None else []
+        return _nccl_tests_plan.plan(
+            method=str(observed.get("method") or "auto"), host=str(observed.get("host") or "this node"),
+            binary=str(observed["binary"]), binary_ok=boolean(observed.get("binary_ok", False), strict=False),
+            packages=packages, packages_missing=missing,
+            version=str(observed["version"]), sha256=str(observed.get("sha256") or ""),
+            source=str(observed["source"]), install_dir=str(observed["install_dir"]),
+            record=record if isinstance(record, dict) else None,
+            built_ok=boolean(observed.get("built_ok", False), strict=False),
+            cuda_home=str(observed["cuda_home"]), nvcc=boolean(observed.get("nvcc", False), strict=False),
+            nvcc_output=str(observed.get("nvcc_output") or ""), nccl_home=str(observed["nccl_home"]),
+            nccl_header=boolean(observed.get("nccl_header", False), strict=False),
+            make=boolean(observed.get("make", False), strict=False), gencode=gencode,
+            build_packages=_strings(observed.get("build_packages"), "gpu_node_nccl_tests_build_packages"))
+    except KeyError as exc:
+        raise AnsibleFilterError("gpu_node_nccl_tests_plan: %s missing from %r" % (exc, observed)) from exc
+    except (_nccl_tests_plan.NcclTestsPlanError, TypeError) as exc:
+        raise AnsibleFilterError("gpu_node_nccl_tests_plan: %s" % exc) from exc
+
+
 class FilterModule:
     """gpuserve.vllm gpu_node filters."""
 
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {"gpu_node_acceptance_plan": gpu_node_acceptance_plan, "gpu_node_driver_plan": gpu_node_driver_plan,
-                "gpu_node_driver_next_problems": gpu_node_driver_next_problems}
+                "gpu_node_driver_next_problems": gpu_node_driver_next_problems,
+                "gpu_node_nccl_tests_plan": gpu_node_nccl_tests_plan}

@@ -64,3 +64,44 @@ def test_next_driver_problems_reads_the_apt_result() -> None:
 def test_next_driver_problems_refuses_what_it_cannot_read(apt_check: object, packages: object, minimum: object, says: str) -> None:
     with pytest.raises(AnsibleFilterError, match=says):
         FILTERS["gpu_node_driver_next_problems"](apt_check, packages, minimum)
+
+
+NCCL_TESTS = {"method": "auto", "host": "gpu-07", "binary": "/opt/nccl-tests/build/all_reduce_perf", "binary_ok": False,
+              "packages": [], "apt_policy": None, "version": "2.17.6", "sha256": "a" * 64,
+              "source": "/srv/nccl-tests-2.17.6.tar.gz", "install_dir": "/opt/nccl-tests-2.17.6", "record": None,
+              "built_ok": False, "cuda_home": "/usr/local/cuda", "nvcc": True,
+              "nvcc_output": "Cuda compilation tools, release 12.8, V12.8.93", "nccl_home": "/usr", "nccl_header": True,
+              "make": True, "gencode": "", "compute_capability": "12.0", "build_packages": ["libnccl-dev"]}
+
+
+def test_nccl_tests_plan_derives_the_gencode_from_the_compute_capability() -> None:
+    got = FILTERS["gpu_node_nccl_tests_plan"](NCCL_TESTS)
+    assert (got["action"], got["record"]["gencode"]) == ("build", "-gencode=arch=compute_120,code=sm_120")
+    given = FILTERS["gpu_node_nccl_tests_plan"](dict(NCCL_TESTS, gencode="-gencode=arch=compute_90,code=sm_90"))
+    assert given["record"]["gencode"] == "-gencode=arch=compute_90,code=sm_90"
+
+
+@pytest.mark.parametrize("flags, action", [({"nvcc": "false"}, "refuse"), ({"binary_ok": "true"}, "present"),
+                                           ({"record": "not a dict"}, "build")])
+def test_nccl_tests_plan_takes_the_role_s_values(flags: dict[str, object], action: str) -> None:
+    assert FILTERS["gpu_node_nccl_tests_plan"](dict(NCCL_TESTS, **flags))["action"] == action
+
+
+@pytest.mark.parametrize("observed, match", [
+    (None, "expected a dict"), ({"method": "auto", "gencode": "-gencode=arch=compute_120,code=sm_120"}, "'binary' missing"),
+    (dict(NCCL_TESTS, packages="nccl-tests"), "gpu_node_nccl_tests_packages must be a list"),
+    (dict(NCCL_TESTS, method="apt"), "gpu_node_nccl_tests_install must be one of"),
+    (dict(NCCL_TESTS, compute_capability="sm_120"), "gpu_node_expected_compute_capability must read like 12.0")])
+def test_nccl_tests_plan_refuses_bad_input(observed: object, match: str) -> None:
+    with pytest.raises(AnsibleFilterError, match=match):
+        FILTERS["gpu_node_nccl_tests_plan"](observed)
+
+
+POLICY = "nccl-tests:\n  Installed: (none)\n  Candidate: 2.17.6-1\n  Version table:\n     2.17.6-1 500\n"
+
+
+@pytest.mark.parametrize("packages, policy, action", [
+    (["nccl-tests"], POLICY, "packages"), (["nccl-tests"], POLICY.replace("2.17.6-1\n  Version", "(none)\n  Version"), "build"),
+    (["nccl-tests", "other"], POLICY, "build"), (["nccl-tests"], "", "build")])
+def test_nccl_tests_plan_reads_apt_s_candidates(packages: list[str], policy: str, action: str) -> None:
+    assert FILTERS["gpu_node_nccl_tests_plan"](dict(NCCL_TESTS, packages=packages, apt_policy=policy))["action"] == action
