@@ -7,7 +7,8 @@ set -euo pipefail
 # strace: the python_patch crash test kills the module at each rename/unlink (strace -e inject).
 # rsync: the weights staging tests resume real transfers (gpuserve.vllm.vllm_weights).
 # openssh-client: Ansible reaches the weights hosts and molecule/fleet's nodes over SSH.
-packages=(podman runc catatonit netavark aardvark-dns iptables debootstrap strace rsync openssh-client)
+# make: molecule/gpu_node builds the nccl-tests double with it on a node that has none (copied there).
+packages=(podman runc catatonit netavark aardvark-dns iptables debootstrap strace rsync openssh-client make)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
