@@ -17,7 +17,8 @@ test_real_prometheus_scrapes_and_evaluates, through Prometheus' HTTP API: the ta
 recording rules evaluated over the scraped series, every rule healthy, and the rules as the role
 writes them for an inventory that tunes them: VllmServerDown firing for gpu02 after its `for:` of
 2 s (monitoring_alert_for), VllmFleetCapacityLow not loaded (monitoring_alerts_disabled).
-test_dashboard_queries_return_series: every target of every panel of the Grafana dashboard the role provisions (rendered by the role's own vars, as the role writes it) returns series.
+test_dashboard_queries_return_series: every target of every panel of the Grafana dashboard the
+role provisions (rendered by the role's own vars, as the role writes it) returns series.
 Loopback only; every wait is bounded, and Prometheus runs under `timeout` so it stops by itself even
 if this test is killed.
 """
