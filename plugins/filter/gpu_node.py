@@ -14,6 +14,7 @@ import typing as t
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _apt
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _acceptance_key as acckey
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _driver_plan
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nccl_tests_plan
@@ -78,7 +79,7 @@ def gpu_node_nccl_tests_plan(observed: t.Any) -> dict[str, t.Any]:
         record = observed.get("record")
         packages = _strings(observed.get("packages"), "gpu_node_nccl_tests_packages")
         # apt-cache policy's output when it was asked (packages named, the binary missing).
-        missing = _nccl_tests_plan.without_candidate(packages, str(observed["apt_policy"])) \
+        missing = _apt.without_candidate(packages, str(observed["apt_policy"])) \
             if observed.get("apt_policy") is not None else []
         return _nccl_tests_plan.plan(
             method=str(observed.get("method") or "auto"), host=str(observed.get("host") or "this node"),

@@ -46,22 +46,6 @@ def cuda_version(nvcc_output: str) -> str | None:
     return match.group(2) if match else None
 
 
-def without_candidate(packages: t.Sequence[str], apt_policy: str) -> list[str]:
-    """The packages ``apt-cache policy <packages>`` gives no candidate for (not in any configured repository).
-
-    apt-cache prints a block per package it knows ('name:' then '  Candidate: 2.x' or '(none)') and
-    nothing for a name no repository has.
-    """
-    candidates: dict[str, str] = {}
-    name = None
-    for line in (apt_policy or "").splitlines():
-        if line and not line[0].isspace() and line.rstrip().endswith(":"):
-            name = line.strip()[:-1]
-        elif name and line.strip().startswith("Candidate:"):
-            candidates[name] = line.split(":", 1)[1].strip()
-    return [pkg for pkg in packages if candidates.get(pkg, "(none)") == "(none)"]
-
-
 def _describe(record: t.Mapping[str, t.Any], wanted: t.Mapping[str, t.Any]) -> str:
     names = {"version": "version", "sha256": "sha256", "cuda_version": "CUDA", "cuda_home": "CUDA_HOME",
              "nccl_home": "NCCL_HOME", "gencode": "NVCC_GENCODE", "mpi": "MPI"}

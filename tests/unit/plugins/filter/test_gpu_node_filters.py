@@ -105,3 +105,11 @@ POLICY = "nccl-tests:\n  Installed: (none)\n  Candidate: 2.17.6-1\n  Version tab
     (["nccl-tests", "other"], POLICY, "build"), (["nccl-tests"], "", "build")])
 def test_nccl_tests_plan_reads_apt_s_candidates(packages: list[str], policy: str, action: str) -> None:
     assert FILTERS["gpu_node_nccl_tests_plan"](dict(NCCL_TESTS, packages=packages, apt_policy=policy))["action"] == action
+
+
+def test_apt_without_candidate_is_the_filter_grafana_asks() -> None:
+    from ansible_collections.gpuserve.vllm.plugins.filter.apt import FilterModule as AptFilters
+    missing = AptFilters().filters()["apt_without_candidate"]
+    assert missing(POLICY, ["nccl-tests", "grafana"]) == ["grafana"]
+    with pytest.raises(AnsibleFilterError, match="expected apt-cache policy's output and a list"):
+        missing(POLICY, "grafana")

@@ -10,6 +10,7 @@ import itertools
 
 import pytest
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _apt
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nccl_tests_plan as ntp
 
 SHA = "38974e70342150ede0e3fb8fd24bfe60ccbde90fa20241716ba8bb338e6b61a0"
@@ -181,7 +182,7 @@ nccl-tests:
     (["libnccl-dev"], []), (["nccl-tests"], ["nccl-tests"]), (["unknown-name"], ["unknown-name"]),
     (["libnccl-dev", "nccl-tests", "unknown-name"], ["nccl-tests", "unknown-name"]), ([], [])])
 def test_without_candidate(packages: list[str], missing: list[str]) -> None:
-    assert ntp.without_candidate(packages, APT_POLICY) == missing
+    assert _apt.without_candidate(packages, APT_POLICY) == missing
 
 
 # Recorded on a Debian 12 host (apt 2.6): `apt-cache policy -- make mail-transport-agent nosuchpkg-xyz`
@@ -201,5 +202,5 @@ mail-transport-agent:
 
 
 def test_without_candidate_on_a_recorded_answer() -> None:
-    assert ntp.without_candidate(["make", "mail-transport-agent", "nosuchpkg-xyz"], APT_POLICY_RECORDED) == [
+    assert _apt.without_candidate(["make", "mail-transport-agent", "nosuchpkg-xyz"], APT_POLICY_RECORDED) == [
         "mail-transport-agent", "nosuchpkg-xyz"]
