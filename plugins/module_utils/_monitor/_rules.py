@@ -12,7 +12,6 @@ Pure function over the parsed rule file; stdlib only, no Ansible imports.
 
 from __future__ import annotations
 
-import copy
 import re
 import typing as t
 
@@ -42,8 +41,18 @@ def tune(files: t.Mapping[str, t.Any], alert_for: t.Mapping[str, str], disabled:
     return {name: _tuned(rules, alert_for, disabled) for name, rules in files.items()}
 
 
+def _plain(value: t.Any) -> t.Any:
+    """A copy made of plain dicts and lists. Not copy.deepcopy: Ansible hands a filter lazy containers,
+    whose deep copy drags the task's variables along (17 s a call in site.yml's context, 0.5 s alone)."""
+    if isinstance(value, t.Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
 def _tuned(rules: t.Mapping[str, t.Any], alert_for: t.Mapping[str, str], disabled: t.Sequence[str]) -> dict[str, t.Any]:
-    tuned = copy.deepcopy(dict(rules))
+    tuned = _plain(rules)
     for group in tuned["groups"]:
         kept = []
         for rule in group.get("rules", []):
