@@ -16,7 +16,10 @@ tests/doubles/fake_vllm_server.py with what a drained rolling restart depends on
   * FAKE_VLLM_STALE_ON_ABORT=1 leaves a stream the client aborted counted as running, the way
     vLLM's gauges can keep their last value after aborts (vllm #29928, #22545);
   * FAKE_VLLM_METRICS_FAIL_EVERY=N answers every Nth /metrics read with a 500 (uvicorn's plain
-    "Internal Server Error"), a scrape that fails while the node serves.
+    "Internal Server Error"), a scrape that fails while the node serves;
+  * FAKE_VLLM_HANG_FILE=PATH: while that file exists, a completion is taken and counted as
+    running but no token is generated (it waits for the file to go, then completes), while /health
+    still answers 200: the engine core hung behind a live API server (vllm #39863).
 FAKE_VLLM_NODE_NAME is returned in the completion's `system_fingerprint`, so a load generator
 behind a router can count which node answered. Everything else is fake_vllm_server's.
 """
@@ -38,6 +41,7 @@ MAX_RUNNING = int(os.environ.get("FAKE_VLLM_MAX_RUNNING", "4"))
 NODE_NAME = os.environ.get("FAKE_VLLM_NODE_NAME", "")
 STALE_ON_ABORT = os.environ.get("FAKE_VLLM_STALE_ON_ABORT", "") == "1"
 METRICS_FAIL_EVERY = int(os.environ.get("FAKE_VLLM_METRICS_FAIL_EVERY", "0"))
+HANG_FILE = os.environ.get("FAKE_VLLM_HANG_FILE", "")
 PROMPT_TOKENS = 5
 
 
@@ -62,6 +66,8 @@ class FleetState(base.State):
             self.waiting -= 1
             self.running += 1
             self.prompt_tokens += PROMPT_TOKENS
+        while HANG_FILE and os.path.exists(HANG_FILE):  # the hung engine: running, no token
+            time.sleep(0.2)
 
     def _leave(self, stale: bool = False) -> None:
         self.slots.release()

@@ -14,7 +14,7 @@ env's own interpreter, named by its real path in the shebang, exactly as uv writ
 MODE (after `=`) is baked into the entry point: ok (default), crash-at-start (every start dies
 with a vLLM-style traceback: a canary that fails), crash-unless-canary (a start without
 `--load-format dummy` dies: the canary passes, the real start fails). A wheel is rebuilt only
-when missing. Prints the wheels' paths. Tests only.
+when missing or when the doubles it carries changed. Prints the wheels' paths. Tests only.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DOUBLES = HERE.parent / "doubles"
 MODES = ("ok", "crash-at-start", "crash-unless-canary")
+DOUBLE_FILES = ("fake_vllm_server.py", "fake_vllm_fleet_node.py")
 KEEP = re.compile(r"\.(py|pyi|json|jinja|txt|typed|md|js|css)$")
 
 ENTRY = '''"""TEST DOUBLE `vllm` console script (tests/support/double_vllm_wheel.py): not vLLM."""
@@ -66,13 +67,24 @@ def source_wheel(cache: Path, version: str) -> Path:
     return found[0]
 
 
+def _holds(wheel: Path, members: dict[str, bytes]) -> bool:
+    """Whether a wheel built earlier carries these doubles and entry point as they are now (else it is rebuilt)."""
+    try:
+        with zipfile.ZipFile(wheel) as zin:
+            return all(zin.read(name) == data for name, data in members.items())
+    except (KeyError, OSError, zipfile.BadZipFile):
+        return False
+
+
 def build(out: Path, cache: Path, version: str, mode: str) -> Path:
     if mode not in MODES:
         raise SystemExit(f"double_vllm_wheel: mode {mode!r} is not one of {', '.join(MODES)}")
     src = source_wheel(cache, version)
     release = re.sub(r"\.post\d+$", "", version)
     target = out / f"vllm-{version}-py3-none-any.whl"
-    if target.exists():
+    doubles = {f"gpuserve_test_double/{name}": (DOUBLES / name).read_bytes() for name in DOUBLE_FILES}
+    doubles["gpuserve_test_double/entry.py"] = ENTRY.format(mode=mode).encode()
+    if target.exists() and _holds(target, doubles):
         return target
     dist_old, dist_new = f"vllm-{release}.dist-info/", f"vllm-{version}.dist-info/"
     records: list[list[str]] = []
@@ -99,9 +111,8 @@ def build(out: Path, cache: Path, version: str, mode: str) -> Path:
             b"[console_scripts]\nvllm = gpuserve_test_double.entry:main\n")
         put(dist_new + "top_level.txt", b"gpuserve_test_double\nvllm\n")
         put("gpuserve_test_double/__init__.py", b'"""TEST DOUBLE of vLLM\'s server (not vLLM)."""\n')
-        put("gpuserve_test_double/entry.py", ENTRY.format(mode=mode).encode())
-        for double in ("fake_vllm_server.py", "fake_vllm_fleet_node.py"):
-            put(f"gpuserve_test_double/{double}", (DOUBLES / double).read_bytes())
+        for name, data in doubles.items():
+            put(name, data)
         records.append([f"{dist_new}RECORD", "", ""])
         text = io.StringIO()
         csv.writer(text, lineterminator="\n").writerows(records)  # names hold commas (E=1,N=14336,...)
