@@ -25,6 +25,16 @@ def monitoring_scrape_configs(nodes: t.Sequence[t.Mapping[str, t.Any]], routers:
         raise AnsibleFilterError(f"monitoring_scrape_configs: {exc}") from exc
 
 
+def monitoring_router_workers(router: t.Any, nodes: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> dict[str, t.Any]:
+    """router | monitoring_router_workers(nodes) -> {router, workers}."""
+    if not isinstance(router, t.Mapping):
+        raise AnsibleFilterError(f"monitoring_router_workers: expected the router host's settings, found {router!r}")
+    try:
+        return mt.router_workers(router, list(nodes or []))
+    except mt.TargetsError as exc:
+        raise AnsibleFilterError(f"monitoring_router_workers: {exc}") from exc
+
+
 def monitoring_rules(files: t.Any, alert_for: t.Any = None, disabled: t.Any = None) -> dict[str, t.Any]:
     """{file name: parsed rules} | monitoring_rules(monitoring_alert_for, monitoring_alerts_disabled) -> the same, tuned."""
     if not isinstance(files, t.Mapping):
@@ -53,6 +63,7 @@ class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
             "monitoring_scrape_configs": monitoring_scrape_configs,
+            "monitoring_router_workers": monitoring_router_workers,
             "monitoring_rules": monitoring_rules,
             "fleet_status_table": fleet_status_table,
         }

@@ -122,3 +122,35 @@ def scrape_configs(nodes: t.Sequence[t.Mapping[str, t.Any]], routers: t.Sequence
         config["static_configs"] = targets[job]
         configs.append(config)
     return {"scrape_configs": configs, "problems": problems}
+
+
+def _url(value: t.Any) -> str:
+    return str(value or "").strip().rstrip("/")
+
+
+def router_workers(router: t.Mapping[str, t.Any], nodes: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any]:
+    """What the router host's worker-list script reads and expects: {'router': url, 'workers': {url: node}}.
+
+    router: {name, api_host, api_port, worker_urls} -- the router host's vllm_router_host,
+      vllm_router_port and vllm_router_worker_urls (its explicit list; empty: the nodes below);
+    nodes: [{name, worker_url}] -- the router's worker group, each with the URL vllm_router gives
+      it (http://<vllm_router_worker_address|ansible_host|name>:<vllm_server_port>).
+    An explicit URL that is no node's is expected under its host's name, so the alert still names it.
+    """
+    name = str(router.get("name") or "")
+    if not name:
+        raise TargetsError(f"a router without a name: {dict(router)!r}")
+    port = _port(router.get("api_port", 30000), f"{name}: vllm_router_port")
+    bind = bare_host(str(router.get("api_host") or ""))
+    host = "127.0.0.1" if bind in _ALL_INTERFACES else bind
+    by_url = {_url(node.get("worker_url")): str(node.get("name") or "") for node in nodes}
+    explicit = router.get("worker_urls") or []
+    if isinstance(explicit, (str, bytes)) or not isinstance(explicit, t.Sequence):
+        raise TargetsError(f"{name}: vllm_router_worker_urls must be a list of URLs, found {explicit!r}")
+    urls = [_url(url) for url in explicit] or list(by_url)
+    workers = {}
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise TargetsError(f"{name}: worker {url!r} is not an http(s) URL (vllm_router_worker_urls)")
+        workers[url] = by_url.get(url) or bare_host(url.split("://", 1)[1].rsplit(":", 1)[0])
+    return {"router": f"http://{host_port(host, port)}", "workers": workers}

@@ -32,8 +32,10 @@ import csv
 import os
 import subprocess
 import sys
-import tempfile
 import typing as t
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpuserve_textfile, installed beside it
+from gpuserve_textfile import label as _label, write_atomic  # noqa: E402
 
 FIELDS: tuple[str, ...] = ("index", "uuid", "name", "pci.bus_id", "temperature.gpu", "power.draw",
                            "utilization.gpu", "memory.used", "memory.free", "ecc.errors.uncorrected.volatile.total")
@@ -61,10 +63,6 @@ def _number(value: str) -> float | None:
         return None
 
 
-def _label(value: str) -> str:
-    return value.strip().replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-
-
 def render(csv_text: str, ok: bool) -> str:
     """The textfile for nvidia-smi's CSV (rows of FIELDS); `ok` is whether nvidia-smi succeeded."""
     samples: dict[str, list[str]] = {metric: [] for metric, _kind, _help in METRICS.values()}
@@ -86,20 +84,6 @@ def render(csv_text: str, ok: bool) -> str:
         if samples[metric]:
             lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}", *samples[metric]]
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuserve_gpu.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main(argv: t.Sequence[str]) -> int:

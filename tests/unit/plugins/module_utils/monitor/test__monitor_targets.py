@@ -85,3 +85,31 @@ def test_per_job_scrape_interval() -> None:
 def test_input_errors(nodes: list, settings: dict, message: str) -> None:
     with pytest.raises(mt.TargetsError, match=message.replace("(", r"\(").replace(")", r"\)")):
         mt.scrape_configs(nodes, [], settings)
+
+
+WORKERS = [{"name": "gpu01", "worker_url": "http://10.0.0.11:8000"}, {"name": "gpu02", "worker_url": "http://10.0.0.12:8000/"}]
+
+
+@pytest.mark.parametrize(("router", "expected"), [
+    # The router's own group: every node under its name; a router on all interfaces is read on loopback.
+    ({"name": "r1", "api_host": "0.0.0.0", "api_port": 30000},
+     {"router": "http://127.0.0.1:30000", "workers": {"http://10.0.0.11:8000": "gpu01", "http://10.0.0.12:8000": "gpu02"}}),
+    # Bound to one address: read there. An explicit list: only those; one that is no node's goes by its host.
+    ({"name": "r1", "api_host": "10.0.0.2", "api_port": "30001", "worker_urls": ["http://10.0.0.12:8000", "http://[fd00::9]:8000/"]},
+     {"router": "http://10.0.0.2:30001", "workers": {"http://10.0.0.12:8000": "gpu02", "http://[fd00::9]:8000": "fd00::9"}}),
+    ({"name": "r1", "api_host": "::1", "api_port": 30000, "worker_urls": []},
+     {"router": "http://[::1]:30000", "workers": {"http://10.0.0.11:8000": "gpu01", "http://10.0.0.12:8000": "gpu02"}}),
+])
+def test_router_workers(router: dict, expected: dict) -> None:
+    assert mt.router_workers(router, WORKERS) == expected
+
+
+@pytest.mark.parametrize(("router", "message"), [
+    ({"api_port": 30000}, "a router without a name"),
+    ({"name": "r1", "api_port": 0}, "r1: vllm_router_port: 0 is not a port number"),
+    ({"name": "r1", "worker_urls": "http://a:1"}, "r1: vllm_router_worker_urls must be a list"),
+    ({"name": "r1", "worker_urls": ["gpu01:8000"]}, "r1: worker 'gpu01:8000' is not an http(s) URL"),
+])
+def test_router_workers_refuses(router: dict, message: str) -> None:
+    with pytest.raises(mt.TargetsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        mt.router_workers(router, WORKERS)

@@ -1,0 +1,130 @@
+"""The router hosts' worker-list script (roles/monitoring/files/gpuserve_router_workers.py) against the REAL vllm-router.
+
+The pinned vllm-router (tests/support/vllm_router_bin.py) runs on loopback in front of two fleet-node
+TEST DOUBLES; workers leave it through its own API (/remove_worker), as the serve plays and an
+operator's hand remove them. The script's file is checked by the real promtool (`promtool check
+metrics`). Bounded: every process is killed at the end, every wait stops within seconds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.promtool import promtool
+from tests.support.vllm_router_bin import router_bin
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPT = REPO / "roles" / "monitoring" / "files" / "gpuserve_router_workers.py"
+DOUBLE = REPO / "tests" / "doubles" / "fake_vllm_fleet_node.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpuserve_router_workers", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+rw = _load()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def listed(text: str) -> dict[str, str]:
+    """node -> value of gpuserve_router_worker_listed, plus the success gauge under ''."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("gpuserve_router_worker_listed{node="):
+            out[line.split('node="', 1)[1].split('"', 1)[0]] = line.rsplit(" ", 1)[1]
+        elif line.startswith("gpuserve_router_workers_read_success "):
+            out[""] = line.rsplit(" ", 1)[1]
+    return out
+
+
+@pytest.fixture()
+def router(tmp_path: Path):
+    """Two node doubles and the real router listing both; yields (router URL, worker URLs, router process)."""
+    nodes = [free_port(), free_port()]
+    procs = [subprocess.Popen([sys.executable, str(DOUBLE), "serve", "/m", "--port", str(port), "--host", "127.0.0.1",
+                               "--served-model-name", "kimi"], env=dict(os.environ, FAKE_VLLM_LOAD_SECONDS="0"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for port in nodes]
+    port = free_port()
+    workers = [f"http://127.0.0.1:{node}" for node in nodes]
+    log = tmp_path / "router.log"
+    with open(log, "wb") as handle:
+        procs.append(subprocess.Popen([str(router_bin()), "--host", "127.0.0.1", "--port", str(port), "--worker-urls",
+                                       *workers, "--policy", "round_robin", "--prometheus-host", "127.0.0.1",
+                                       "--prometheus-port", str(free_port()), "--worker-startup-check-interval", "1"],
+                                      stdout=handle, stderr=subprocess.STDOUT))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while sorted(rw.read_workers(url, timeout=1) or []) != sorted(workers):
+            assert time.monotonic() < deadline, f"the router did not list both workers within 90 s:\n{log.read_text()[-3000:]}"
+            time.sleep(0.5)
+        yield url, workers, procs[-1]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def run_script(tmp_path: Path, url: str, workers: list[str]) -> tuple[int, str]:
+    config = tmp_path / "router-workers.json"
+    config.write_text(json.dumps({"router": url, "workers": {workers[0]: "gpu01", workers[1]: "gpu02"}}))
+    out = tmp_path / "gpuserve_router.prom"
+    result = subprocess.run([sys.executable, "-I", "-B", str(SCRIPT), str(config), str(out)], capture_output=True,
+                            text=True, timeout=30, check=False)
+    return result.returncode, out.read_text()
+
+
+def test_listed_then_removed_then_unknown(router, tmp_path: Path) -> None:
+    url, workers, process = router
+    rc, text = run_script(tmp_path, url, workers)
+    assert (rc, listed(text)) == (0, {"": "1", "gpu01": "1", "gpu02": "1"})
+    check = subprocess.run([str(promtool()), "check", "metrics"], input=text, capture_output=True, text=True,
+                           timeout=60, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    removal = urllib.request.Request(f"{url}/remove_worker?url={urllib.parse.quote(workers[1], safe='')}", method="POST")
+    with urllib.request.urlopen(removal, timeout=10):
+        pass
+    rc, text = run_script(tmp_path, url, workers)
+    assert (rc, listed(text)) == (0, {"": "1", "gpu01": "1", "gpu02": "0"})
+
+    process.kill()
+    process.wait()
+    rc, text = run_script(tmp_path, url, workers)
+    assert (rc, listed(text)) == (1, {"": "0"}), "a router that does not answer lists nothing: unknown, not unlisted"
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ({"workers": [{"url": "http://a:1/", "is_healthy": False}, {"url": "http://b:1"}]}, ["http://a:1", "http://b:1"]),
+    ({"workers": []}, []),
+    ({"error": "x"}, None),
+    ([], None),
+])
+def test_listed_urls(body, expected) -> None:
+    assert rw.listed_urls(body) == expected
+
+
+def test_a_worker_the_inventory_does_not_know_has_no_node() -> None:
+    text = rw.render({"http://a:1": "gpu01"}, ["http://a:1", "http://z:1"], 5.0)
+    assert 'gpuserve_router_worker_listed{node="gpu01",worker="http://a:1"} 1' in text.splitlines()
+    assert 'gpuserve_router_worker_listed{worker="http://z:1"} 1' in text.splitlines()
+    assert "gpuserve_router_workers_timestamp_seconds 5.000" in text.splitlines()
