@@ -18,8 +18,8 @@ def test_registered_names() -> None:
 def test_router_workers_from_what_the_role_passes() -> None:
     router = {"name": "r1", "api_host": "0.0.0.0", "api_port": "30000", "worker_urls": []}  # the port arrives as a string
     nodes = [{"name": "gpu01", "worker_url": "http://gpu01:8000"}]
-    assert FILTERS["monitoring_router_workers"](router, nodes) == {"router": "http://127.0.0.1:30000",
-                                                                  "workers": {"http://gpu01:8000": "gpu01"}}
+    expected = {"router": "http://127.0.0.1:30000", "workers": {"http://gpu01:8000": "gpu01"}}
+    assert FILTERS["monitoring_router_workers"](router, nodes) == expected
     with pytest.raises(AnsibleFilterError, match="monitoring_router_workers: r1: worker 'gpu01' is not an http"):
         FILTERS["monitoring_router_workers"](dict(router, worker_urls=["gpu01"]), nodes)
     with pytest.raises(AnsibleFilterError, match="monitoring_router_workers: expected the router host's settings"):
