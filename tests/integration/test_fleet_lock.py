@@ -4,6 +4,7 @@ Run 1 takes the lock and waits on a file; run 2, started meanwhile, fails naming
 ansible-playbook pid and leaves the lock alone; run 1 is then SIGKILLed with every process it
 started (Ansible's workers call setsid, so the tree is walked through /proc, not a process
 group); run 3 takes the lock over with the "ended without releasing it" message and its release leaves no lock.
+The monitoring role's serving-state script reads the lock as each run left it (held, then none).
 Needs the environment of tests/env.sh. Bounded: every wait and run has a timeout.
 """
 
@@ -21,6 +22,15 @@ from pathlib import Path
 import pytest
 
 RUN_TIMEOUT = 120
+SERVING_STATE = Path(__file__).resolve().parents[2] / "roles" / "monitoring" / "files" / "gpuserve_serving_state.py"
+
+
+def lock_series(lock: Path, tmp: Path) -> dict[str, str]:
+    """What gpuserve_serving_state.py (the lock host's textfile script) reports of the lock: name -> value."""
+    (tmp / "serving-state.json").write_text(json.dumps({"node": "router01", "start_record": "", "lock": str(lock)}))
+    subprocess.run([sys.executable, "-I", "-B", str(SERVING_STATE), str(tmp / "serving-state.json"), str(tmp / "serving.prom")],
+                   check=True, timeout=30)
+    return dict(line.split(" ", 1) for line in (tmp / "serving.prom").read_text().splitlines() if line.startswith("gpuserve_fleet_run"))
 
 
 def children(pid: int) -> list[int]:
@@ -117,6 +127,8 @@ def test_second_run_refused_killed_run_taken_over(runs: Runs) -> None:
     try:
         record = runs.wait_for_lock(run1)
         assert record["pid"] == run1.pid, record  # the ansible-playbook process, not a worker
+        assert lock_series(runs.lock, runs.root) == {"gpuserve_fleet_run_lock_read_success": "1", "gpuserve_fleet_run_locked": "1",
+                                                     "gpuserve_fleet_run_heartbeat_timestamp_seconds": f"{record['heartbeat']:.3f}"}
         assert "s3cret" not in record["command"] and "-e '***'" in record["command"]
 
         second = runs.run(runs.playbook("run2", [runs.take()]))
@@ -143,6 +155,7 @@ def test_second_run_refused_killed_run_taken_over(runs: Runs) -> None:
         assert released["action"] == "release" and released["previous"]["run_id"] == taken["holder"]["run_id"]
         assert not runs.lock.exists()
         assert sorted(p.name for p in runs.lock.parent.iterdir()) == []  # no temp file either
+        assert lock_series(runs.lock, runs.root) == {"gpuserve_fleet_run_lock_read_success": "1", "gpuserve_fleet_run_locked": "0"}
     finally:
         runs.go.touch()
         if run1.poll() is None:
