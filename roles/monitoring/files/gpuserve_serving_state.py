@@ -134,5 +134,6 @@ def main(argv: t.Sequence[str]) -> int:
     write_atomic(argv[1], render(config, record, lock, time.time()))
     return 1 if record is UNREADABLE or lock is UNREADABLE else 0
 
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
