@@ -18,8 +18,10 @@ envs A and B (real paths in the node's env store):
   leave the hold. Between cycles the hold is removed by hand, which is the state a node is in
   after an ordinary upgrade to the env it now serves.
 
---sample N kills at N boundaries per plan, spread evenly from the first to the last (the chapter's
-default, GPUSERVE_FLEET_KILL_SAMPLE=3); 0 kills at every one.
+--sample N kills at N boundaries per plan, spread evenly over them and rotated by --seed (the
+chapter's defaults: GPUSERVE_FLEET_KILL_SAMPLE=2, GPUSERVE_FLEET_KILL_SEED = the day's number, so
+that successive days' runs cover every boundary, and a failure is replayed with the seed it
+printed); 0 kills at every one.
 
 Every run is `site.yml --tags vllm_server --limit NODE` as an operator re-runs a killed play;
 the target env is handed in an inventory file, as the prepare play hands its build dir. The
@@ -112,12 +114,12 @@ def took_over(runner: Runner) -> bool:
     return "ended without releasing it" in runner.stdout and "was taken over" in runner.stdout
 
 
-def chosen(boundaries: int, sample: int, index: int, count: int) -> list[int]:
+def chosen(boundaries: int, sample: int, index: int, count: int, seed: int = 0) -> list[int]:
     """This node's share of the boundaries to kill at: all of them (sample 0), or `sample` spread
-    evenly from the first to the last; dealt out over the nodes in turn."""
+    evenly over them, the first at 1 + seed (mod boundaries); dealt out over the nodes in turn."""
     every = list(range(1, boundaries + 1))
     if 0 < sample < boundaries:
-        every = sorted({round(1 + i * (boundaries - 1) / max(sample - 1, 1)) for i in range(sample)})
+        every = sorted({1 + (seed + i * boundaries // sample) % boundaries for i in range(sample)})
     return every[index::count]
 
 
@@ -154,7 +156,7 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
         results.append({"node": node, "plan": "upgrade", "boundary": 0, "reference_rc": rc,
                         "changes": boundaries})
     current, other = other, current
-    for k in chosen(boundaries, args.sample, index, count):
+    for k in chosen(boundaries, args.sample, index, count, args.seed):
         rc_kill, _s, trace = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"], kill_at=k)
         killed = next((line.split("\t", 1)[1] for line in trace if line.startswith("killed")), "")
         rc, secs, _t = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"])
@@ -173,7 +175,7 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
         results.append({"node": node, "plan": "rollback", "boundary": 0, "reference_rc": rc,
                         "changes": boundaries})
     current, other = other, current
-    for k in chosen(boundaries, args.sample, index, count):
+    for k in chosen(boundaries, args.sample, index, count, args.seed):
         podman(node, "rm -f /var/lib/gpuserve/vllm_server.rollback.json")
         rc_kill, _s, trace = runner.run(None, rollback(current), kill_at=k)
         killed = next((line.split("\t", 1)[1] for line in trace if line.startswith("killed")), "")
@@ -195,7 +197,8 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--workdir", default="")
     parser.add_argument("--sample", type=int, default=0,
-                        help="kill at this many boundaries per plan, spread from first to last (0: every one)")
+                        help="kill at this many boundaries per plan, spread evenly (0: every one)")
+    parser.add_argument("--seed", type=int, default=0, help="rotate the sampled boundaries by this many")
     args = parser.parse_args()
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="gpuserve-kill-")
     results: list[dict] = []
@@ -222,8 +225,8 @@ def main() -> int:
               f"{'converged' if r['converged'] else 'NOT CONVERGED ' + r['why'] + ' ' + json.dumps(r['state'])}")
     for r in idle:
         print(f"{r['plan']:8} reference on {r['node']}: rc {r['reference_rc']}, no change: nothing to kill")
-    print(f"{len(cycles_run)} kill cycles in {summary['seconds']} s, {len(summary['failed'])} did not converge"
-          f"{' or had nothing to kill' if idle else ''}")
+    print(f"{len(cycles_run)} kill cycles in {summary['seconds']} s (--sample {args.sample} --seed {args.seed}), "
+          f"{len(summary['failed'])} did not converge{' or had nothing to kill' if idle else ''}")
     return 1 if summary["failed"] or not cycles_run else 0
 
 
