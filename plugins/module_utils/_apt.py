@@ -25,3 +25,35 @@ def without_candidate(packages: t.Sequence[str], apt_policy: str) -> list[str]:
         elif name and line.strip().startswith("Candidate:"):
             candidates[name] = line.split(":", 1)[1].strip()
     return [pkg for pkg in packages if candidates.get(pkg, "(none)") == "(none)"]
+
+
+# apt's own record of its last successful `update` where a package keeps one (Ubuntu's
+# update-notifier-common), else the lists directory: what ansible.builtin.apt's cache_valid_time reads.
+UPDATE_STAMP = "/var/lib/apt/periodic/update-success-stamp"
+LISTS_DIR = "/var/lib/apt/lists"
+
+
+def package_name(spec: str) -> str:
+    """The package of an apt spec: `name`, `name=1.2-1`, `name:amd64`, `name>=1` -> name (what apt-cache policy takes)."""
+    name = spec.strip()
+    for sep in ("=", ">", "<"):
+        name = name.split(sep, 1)[0]
+    return name.split(":", 1)[0].strip()
+
+
+def refresh_reason(missing: t.Sequence[str], age: float | None, valid_time: int) -> str:
+    """Why apt's lists must be refreshed now ("" when not).
+
+    A package without a candidate is refreshed for at once, whatever the lists' time says: apt's
+    cache_valid_time trusts the lists directory's modification time, which `rm -rf
+    /var/lib/apt/lists/*` (as images are made) or an edit under sources.list.d leaves recent
+    while the lists offer nothing, or not what was just configured. Otherwise the lists are
+    refreshed when older than valid_time seconds (age None: never refreshed that apt can tell).
+    """
+    if missing:
+        return f"no candidate for {', '.join(missing)} in apt's lists"
+    if age is None:
+        return "apt's lists were never refreshed"
+    if age >= valid_time:
+        return f"apt's lists are {int(age)} s old (valid for {valid_time} s)"
+    return ""

@@ -48,9 +48,8 @@ build_base() {
     chroot "$root" update-ca-certificates >/dev/null
   fi
   chroot "$root" apt-get clean
+  # Emptied lists, as images ship them (the roles refresh lists that offer nothing: gpuserve.vllm.apt_lists).
   rm -rf "$root"/var/lib/apt/lists/*
-  # Emptied lists must look stale, or apt's cache_valid_time trusts them and finds nothing.
-  touch -d 2000-01-01 "$root/var/lib/apt/lists"
   tar -C "$root" -c . | podman import --change "$label" - "$base" >/dev/null
   echo "[images] built $base"
 }
@@ -67,8 +66,7 @@ derive() {
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "$@" >/dev/null
     apt-get clean
-    rm -rf /var/lib/apt/lists/*
-    touch -d 2000-01-01 /var/lib/apt/lists' derive "$@"
+    rm -rf /var/lib/apt/lists/*' derive "$@"
   podman commit --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' --change "$label" \
     "$ctr" "$image" >/dev/null 2>&1
   podman rm -f "$ctr" >/dev/null
