@@ -201,7 +201,9 @@ step_vllm_full() {
   cat "$out/vllm_full-envs.log" 2>/dev/null
   [ "$envs_rc" -ne 0 ] && echo "FAIL: a vLLM env could not be built; its tests skip (reasons below)"
   echo "vllm_full: envs ready after $((SECONDS - start)) s of waiting"
-  pytest_step vllm_full tests/vllm_full -rs
+  # Two workers, a test file each at a time: most of this tier is one interpreter importing vLLM and
+  # torch, and the fleet lane runs it last, when the other steps have left a core free.
+  pytest_step vllm_full tests/vllm_full -rs -n 2 --dist loadfile
   rc=$?
   [ "$envs_rc" -ne 0 ] && rc=1
   echo "vllm_full: $((SECONDS - start)) s in all"

@@ -68,6 +68,18 @@ def timed(label: str, start: float) -> None:
     TIMINGS.append((label, time.monotonic() - start))
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker (tests/run.sh runs this tier with -n 2) hands its timings to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["vllm_full_timings"] = TIMINGS
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: t.Any, error: t.Any) -> None:
+    TIMINGS.extend(tuple(item) for item in getattr(node, "workeroutput", {}).get("vllm_full_timings", []))
+
+
 def pytest_terminal_summary(terminalreporter: t.Any) -> None:
     if TIMINGS:
         terminalreporter.section("vllm_full timings")
