@@ -23,7 +23,7 @@ fi
 # Only ansible-core is needed (README "Quick start"); no test environment is sourced. Without an
 # ansible-playbook on PATH the pinned ansible-core (requirements-dev.txt) is installed once into a
 # venv under ~/.cache/gpuserve and used from there. ansible.cfg makes this checkout gpuserve.vllm;
-# containers.podman (the connection to the node) comes from the PyPI `ansible` wheel, fetched
+# the bundled collections (scripts/bundled-collections.sh) come from the PyPI `ansible` wheel, fetched
 # once into ~/.cache/gpuserve.
 if ! command -v ansible-playbook >/dev/null; then
   core="$(grep -E '^ansible-core==' requirements-dev.txt)"
@@ -48,8 +48,19 @@ version="$(ansible-inventory -i inventories/rehearsal --host "$node" |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["vllm_install_version"])')"
 python3 tests/support/vllm_wheels.py "$version" >/dev/null
 
-# A node made by an older rehearse.sh (with a network, or the wheelhouse mounted) is made again.
-layout=air-gapped-2
+# The node is reached as fleets are, over SSH with pipelining (ansible.cfg); having no network, its
+# sshd serves one connection at a time on stdin/stdout through `podman exec` (the ProxyCommand in
+# inventories/rehearsal/hosts.yml), with this key, made once. The node sees only the public half.
+ssh_dir="${GPUSERVE_CACHE:-$HOME/.cache/gpuserve}/rehearsal-ssh"
+if [ ! -s "$ssh_dir/id_ed25519" ] || [ ! -s "$ssh_dir/node/authorized_keys" ]; then
+  rm -rf "$ssh_dir" && mkdir -p "$ssh_dir/node" && chmod 0700 "$ssh_dir" "$ssh_dir/node"
+  ssh-keygen -q -t ed25519 -N '' -C gpuserve-rehearsal -f "$ssh_dir/id_ed25519"
+  install -m 0600 "$ssh_dir/id_ed25519.pub" "$ssh_dir/node/authorized_keys"
+fi
+
+# A node made by an older rehearse.sh (with a network, the wheelhouse mounted, reached through
+# podman) is made again.
+layout=air-gapped-ssh-3
 if podman container exists "$node" &&
   [ "$(podman inspect -f '{{index .Config.Labels "gpuserve.rehearsal"}}' "$node")" != "$layout" ]; then
   echo "[rehearse] $node was made by an older rehearse.sh: making it again ($layout)"
@@ -60,8 +71,8 @@ mkdir -p "$wheelhouse"
 if ! podman container exists "$node"; then
   echo "[rehearse] creating node $node (no network; site.yml copies the wheelhouse to it)"
   podman run -d --name "$node" --hostname "$node" --systemd always --network none \
-    --label "gpuserve.rehearsal=$layout" \
-    localhost/gpuserve-debian12-systemd:latest /sbin/init >/dev/null
+    --label "gpuserve.rehearsal=$layout" -v "$ssh_dir/node:/root/.ssh:ro" \
+    localhost/gpuserve-debian12-sshd:latest /sbin/init >/dev/null
 fi
 [ "$(podman inspect -f '{{.State.Running}}' "$node")" = true ] || podman start "$node" >/dev/null
 for _ in $(seq 1 60); do
