@@ -41,6 +41,23 @@ def package_name(spec: str) -> str:
     return name.split(":", 1)[0].strip()
 
 
+def fetch_failures(stdout: str) -> list[str]:
+    """The sources `apt-get update -q` could not fetch, from its stdout: ['SOURCE (why)', ...].
+
+    Each is an "Err:N SOURCE" line followed by the reason, indented. apt exits 0 when a source
+    missed only its InRelease file (a warning) and 100 when no Release file came either; the
+    lists stay as they were in both cases, which is what a role needs to know.
+    """
+    failures: list[str] = []
+    lines = (stdout or "").splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("Err:") and " " in line:
+            source = line.split(" ", 1)[1].strip()
+            why = lines[index + 1].strip() if index + 1 < len(lines) and lines[index + 1][:1].isspace() else ""
+            failures.append(f"{source} ({why})" if why else source)
+    return failures
+
+
 def refresh_reason(missing: t.Sequence[str], age: float | None, valid_time: int) -> str:
     """Why apt's lists must be refreshed now ("" when not).
 

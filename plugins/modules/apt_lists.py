@@ -19,6 +19,10 @@ description:
     nothing, and the install fails with "No package matching".
   - Then says which packages still have no candidate (RV(without_candidate)), so that a role can refuse
     by name before anything is installed, and returns C(apt-cache policy)'s output (RV(policy)).
+  - A source that does not answer (an air-gapped node, a mirror down) is not a failure - C(apt-get update)
+    keeps the lists it had, exiting 0 or 100 depending on which of the source's files it missed - but
+    RV(fetch_failures) names it, so that a role can say why a package has no candidate, or fall back
+    knowingly (nccl-tests to its source build). Any other failure of C(apt-get update) fails the module.
   - Refreshing the lists changes nothing a node runs, so C(changed) is always false (RV(refreshed) says
     whether it happened). In check mode the lists are not refreshed (as C(ansible.builtin.apt));
     RV(reason) says why they would be.
@@ -87,6 +91,13 @@ without_candidate:
   type: list
   elements: str
   sample: []
+fetch_failures:
+  description:
+    - The sources C(apt-get update) could not fetch (its C(Err) lines); empty when it fetched them all or did not run.
+  returned: always
+  type: list
+  elements: str
+  sample: ["http://127.0.0.1:9 ./ InRelease (Could not connect to 127.0.0.1:9 (127.0.0.1). - connect (111: Connection refused))"]
 policy:
   description: C(apt-cache policy)'s output for O(packages), after the refresh.
   returned: always
@@ -130,16 +141,18 @@ def main() -> None:
 
     out = policy()
     reason = _apt.refresh_reason(_apt.without_candidate(names, out), lists_age(time.time()), module.params["valid_time"])
-    refreshed = False
+    refreshed, fetch_failures = False, []
     if reason and module.params["refresh"] and not module.check_mode:
+        # Not a failure when it reaches no source (air-gapped, a mirror down): the lists stay as they
+        # were, and what they do not offer is refused by name with what could not be fetched.
         rc, update_out, err = module.run_command(["apt-get", "update", "-q"], environ_update=C_LOCALE)
-        if rc != 0:
+        refreshed, fetch_failures = True, _apt.fetch_failures(update_out)
+        if rc != 0 and not fetch_failures:
             module.fail_json(msg=f"apt-get update failed (rc {rc}; refreshing because {reason}): {err.strip()}",
                              stdout=update_out, changed=False)
-        refreshed = True
         out = policy()
     module.exit_json(changed=False, refreshed=refreshed, reason=reason if module.params["refresh"] else "",
-                     without_candidate=_apt.without_candidate(names, out), policy=out)
+                     without_candidate=_apt.without_candidate(names, out), fetch_failures=fetch_failures, policy=out)
 
 
 if __name__ == "__main__":

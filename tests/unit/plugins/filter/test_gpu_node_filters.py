@@ -90,6 +90,7 @@ def test_nccl_tests_plan_takes_the_role_s_values(flags: dict[str, object], actio
 @pytest.mark.parametrize("observed, match", [
     (None, "expected a dict"), ({"method": "auto", "gencode": "-gencode=arch=compute_120,code=sm_120"}, "'binary' missing"),
     (dict(NCCL_TESTS, packages="nccl-tests"), "gpu_node_nccl_tests_packages must be a list"),
+    (dict(NCCL_TESTS, apt_unreachable="http://127.0.0.1:9/"), "apt_unreachable must be a list"),
     (dict(NCCL_TESTS, method="apt"), "gpu_node_nccl_tests_install must be one of"),
     (dict(NCCL_TESTS, compute_capability="sm_120"), "gpu_node_expected_compute_capability must read like 12.0")])
 def test_nccl_tests_plan_refuses_bad_input(observed: object, match: str) -> None:
@@ -105,11 +106,3 @@ POLICY = "nccl-tests:\n  Installed: (none)\n  Candidate: 2.17.6-1\n  Version tab
     (["nccl-tests", "other"], POLICY, "build"), (["nccl-tests"], "", "build")])
 def test_nccl_tests_plan_reads_apt_s_candidates(packages: list[str], policy: str, action: str) -> None:
     assert FILTERS["gpu_node_nccl_tests_plan"](dict(NCCL_TESTS, packages=packages, apt_policy=policy))["action"] == action
-
-
-def test_apt_without_candidate_is_the_filter_grafana_asks() -> None:
-    from ansible_collections.gpuserve.vllm.plugins.filter.apt import FilterModule as AptFilters
-    missing = AptFilters().filters()["apt_without_candidate"]
-    assert missing(POLICY, ["nccl-tests", "grafana"]) == ["grafana"]
-    with pytest.raises(AnsibleFilterError, match="expected apt-cache policy's output and a list"):
-        missing(POLICY, "grafana")

@@ -28,6 +28,8 @@ def test_a_package_no_source_offers_is_named_and_would_refresh(monkeypatch: pyte
     assert result["without_candidate"] == ["gpuserve-no-such-package"]
     assert result["reason"] == "no candidate for gpuserve-no-such-package in apt's lists"
     assert "bash:" in result["policy"]
+    # Nothing fetched in check mode. (A result key named "unreachable" would make Ansible call the host unreachable.)
+    assert result["fetch_failures"] == [] and "unreachable" not in result
 
 
 def test_refresh_off_only_reports(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,8 @@ GENCODE = "-gencode=arch=compute_120,code=sm_120"
 RECORD = {"version": "2.17.6", "sha256": SHA, "cuda_version": "12.8.93", "cuda_home": "/usr/local/cuda",
           "nccl_home": "/usr", "gencode": GENCODE, "mpi": 0}
 BUILT = "/opt/nccl-tests-2.17.6/build/all_reduce_perf"
+# One line of _apt.fetch_failures on tests/fixtures/apt/apt-get-update-no-network.stdout (recorded).
+UNREACHABLE = "http://127.0.0.1:9 ./ InRelease (Could not connect to 127.0.0.1:9 (127.0.0.1). - connect (111: Connection refused))"
 
 
 def plan(**kw: object) -> dict[str, object]:
@@ -107,6 +109,14 @@ def test_the_record_is_what_the_build_used() -> None:
       "gpu_node_nccl_tests_sha256 is empty", "gpu_node_nccl_tests_packages", "gpu_node_acceptance: false"]),
     ({"record": dict(RECORD, cuda_version="12.8.61"), "built_ok": True}, ["CUDA 12.8.61 -> 12.8.93"]),
     ({"record": None}, ["no build record in /opt/nccl-tests-2.17.6", "MPI=0", GENCODE]),
+    # auto falls back to the pinned build and says why apt gave nothing: the sources it could not fetch
+    ({"packages": ["nccl-tests"], "packages_missing": ["nccl-tests"], "apt_unreachable": [UNREACHABLE]},
+     ["building nccl-tests 2.17.6", "no build record", "apt has no candidate for nccl-tests (apt-get update could not fetch "
+      + UNREACHABLE + ")"]),
+    ({"packages": ["nccl-tests"], "packages_missing": ["nccl-tests"]},
+     ["building nccl-tests 2.17.6", "apt has no candidate for nccl-tests (is NVIDIA's or your repository configured?)"]),
+    ({"method": "packages", "packages": ["nccl-tests"], "packages_missing": ["nccl-tests"], "apt_unreachable": [UNREACHABLE]},
+     ["cannot install nccl-tests on gpu-07 (gpu_node_nccl_tests_install: packages)", "could not fetch " + UNREACHABLE]),
 ])
 def test_messages_name_what_is_missing(kw: dict[str, object], fragments: list[str]) -> None:
     reason = plan(**kw)["reason"]
