@@ -53,6 +53,8 @@ python3 tests/support/vllm_wheels.py "$version" >/dev/null
 # inventories/rehearsal/hosts.yml), with this key, made once. The node sees only the public half.
 ssh_dir="${GPUSERVE_CACHE:-$HOME/.cache/gpuserve}/rehearsal-ssh"
 if [ ! -s "$ssh_dir/id_ed25519" ] || [ ! -s "$ssh_dir/node/authorized_keys" ]; then
+  # A node still mounts the folder this replaces: it is made again with the new one.
+  podman rm -f "$node" >/dev/null 2>&1 || true
   rm -rf "$ssh_dir" && mkdir -p "$ssh_dir/node" && chmod 0700 "$ssh_dir" "$ssh_dir/node"
   ssh-keygen -q -t ed25519 -N '' -C gpuserve-rehearsal -f "$ssh_dir/id_ed25519"
   install -m 0600 "$ssh_dir/id_ed25519.pub" "$ssh_dir/node/authorized_keys"
