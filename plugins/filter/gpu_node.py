@@ -85,7 +85,7 @@ def gpu_node_nccl_tests_plan(observed: t.Any) -> dict[str, t.Any]:
             method=str(observed.get("method") or "auto"), host=str(observed.get("host") or "this node"),
             binary=str(observed["binary"]), binary_ok=boolean(observed.get("binary_ok", False), strict=False),
             packages=packages, packages_missing=missing,
-            apt_unreachable=_strings(observed.get("apt_unreachable"), "apt_unreachable"),
+            apt_fetch_failures=_strings(observed.get("apt_fetch_failures"), "apt_fetch_failures"),
             version=str(observed["version"]), sha256=str(observed.get("sha256") or ""),
             source=str(observed["source"]), install_dir=str(observed["install_dir"]),
             record=record if isinstance(record, dict) else None,

@@ -117,7 +117,7 @@ def plan(**ctx: t.Any) -> dict[str, t.Any]:
     """action (present, packages, build, built, refuse), binary (what acceptance runs), record, build_packages, reason.
 
     ``ctx``: method, host, binary, binary_ok, packages, packages_missing (those apt has no candidate for),
-    apt_unreachable (optional: the sources apt-get update could not fetch, named where a package has none),
+    apt_fetch_failures (optional: the sources apt-get update could not fetch, named where a package has none),
     version, sha256, source, install_dir, record (the last build's, None when absent or unreadable),
     built_ok (the build's all_reduce_perf is executable), cuda_home, nvcc (it exists), nvcc_output,
     nccl_home, nccl_header (nccl.h exists), make (on PATH), gencode, build_packages.
@@ -133,9 +133,9 @@ def plan(**ctx: t.Any) -> dict[str, t.Any]:
                "reason": "using %s (gpu_node_acceptance_all_reduce_perf)" % ctx["binary"]}
     installable = {"action": PACKAGES, "binary": ctx["binary"], "record": None, "build_packages": [],
                    "reason": "installing %s with apt for %s" % (", ".join(packages), ctx["binary"])}
-    unreachable = list(ctx.get("apt_unreachable") or [])
+    fetch_failures = list(ctx.get("apt_fetch_failures") or [])
     no_candidate = ("apt has no candidate for %s (%s)" % (
-        ", ".join(missing), ("apt-get update could not fetch " + "; ".join(unreachable)) if unreachable
+        ", ".join(missing), ("apt-get update could not fetch " + "; ".join(fetch_failures)) if fetch_failures
         else "is NVIDIA's or your repository configured?") if missing else "")
     if method == "present":
         return present if ctx["binary_ok"] else _refuse(_missing_binary(ctx, " (gpu_node_nccl_tests_install: present)"))

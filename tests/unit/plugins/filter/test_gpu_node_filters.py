@@ -90,7 +90,7 @@ def test_nccl_tests_plan_takes_the_role_s_values(flags: dict[str, object], actio
 @pytest.mark.parametrize("observed, match", [
     (None, "expected a dict"), ({"method": "auto", "gencode": "-gencode=arch=compute_120,code=sm_120"}, "'binary' missing"),
     (dict(NCCL_TESTS, packages="nccl-tests"), "gpu_node_nccl_tests_packages must be a list"),
-    (dict(NCCL_TESTS, apt_unreachable="http://127.0.0.1:9/"), "apt_unreachable must be a list"),
+    (dict(NCCL_TESTS, apt_fetch_failures="http://127.0.0.1:9/"), "apt_fetch_failures must be a list"),
     (dict(NCCL_TESTS, method="apt"), "gpu_node_nccl_tests_install must be one of"),
     (dict(NCCL_TESTS, compute_capability="sm_120"), "gpu_node_expected_compute_capability must read like 12.0")])
 def test_nccl_tests_plan_refuses_bad_input(observed: object, match: str) -> None:

@@ -110,12 +110,12 @@ def test_the_record_is_what_the_build_used() -> None:
     ({"record": dict(RECORD, cuda_version="12.8.61"), "built_ok": True}, ["CUDA 12.8.61 -> 12.8.93"]),
     ({"record": None}, ["no build record in /opt/nccl-tests-2.17.6", "MPI=0", GENCODE]),
     # auto falls back to the pinned build and says why apt gave nothing: the sources it could not fetch
-    ({"packages": ["nccl-tests"], "packages_missing": ["nccl-tests"], "apt_unreachable": [UNREACHABLE]},
+    ({"packages": ["nccl-tests"], "packages_missing": ["nccl-tests"], "apt_fetch_failures": [UNREACHABLE]},
      ["building nccl-tests 2.17.6", "no build record", "apt has no candidate for nccl-tests (apt-get update could not fetch "
       + UNREACHABLE + ")"]),
     ({"packages": ["nccl-tests"], "packages_missing": ["nccl-tests"]},
      ["building nccl-tests 2.17.6", "apt has no candidate for nccl-tests (is NVIDIA's or your repository configured?)"]),
-    ({"method": "packages", "packages": ["nccl-tests"], "packages_missing": ["nccl-tests"], "apt_unreachable": [UNREACHABLE]},
+    ({"method": "packages", "packages": ["nccl-tests"], "packages_missing": ["nccl-tests"], "apt_fetch_failures": [UNREACHABLE]},
      ["cannot install nccl-tests on gpu-07 (gpu_node_nccl_tests_install: packages)", "could not fetch " + UNREACHABLE]),
 ])
 def test_messages_name_what_is_missing(kw: dict[str, object], fragments: list[str]) -> None:
