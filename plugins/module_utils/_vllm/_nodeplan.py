@@ -292,9 +292,10 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
                   "previous": previous_before, "rollback_to": rollback_to, "canary_ok": canary_passed,
                   "steps": steps, "created": _float(state.get("now")) or 0.0,
                   "why": reasons + restart_reasons}
+    clear_marker = "restart" in steps or (not start and node.files.get("restart_marker") is not None)
     # Nothing for the role to do at all: no step, nothing to render, no request to clear.
     converged = (not held and not steps and not node.canary_left and not _bool(rendered.get("unit_changed")) and not _bool(rendered.get("env_changed"))
-                 and not (not start and node.files.get("restart_marker") is not None) and not journal)
+                 and not clear_marker and not journal)
     result = {
         "action": action, "from": served_before, "to": desired, "steps": steps, "changes": changes,
         "converged": converged,
@@ -309,9 +310,34 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "stop_canary": node.canary_left,
         "record_hold": action == "rollback", "clear_hold": bool(node.hold) and switch and kind != "rollback",
     }
+    result["server_steps"] = [] if held else server_steps(result, check_mode, clear_marker)
     result["protect"] = _protected(node)
     result["line"] = line(result)
     return result
+
+
+def server_steps(p: t.Mapping[str, t.Any], check_mode: bool, clear_marker: bool) -> list[str]:
+    """What roles/vllm_server runs on the node, in this order, one task file per kind
+    (tasks/steps/<kind>.yml): the plan's own steps and the records around them, so that the
+    order of an upgrade lives here alone. The router steps (remove, drain, add) are site.yml's.
+
+    The journal is written before the first step that changes anything and removed after the
+    last; a canary or a start that fails runs the recovery and ends the list there. A check
+    run neither reboots nor waits for a start.
+    """
+    steps = p["steps"]
+    kinds = ["stop_canary"] if p["stop_canary"] else []
+    kinds += ["journal"] if p["changes"] else []
+    kinds += [step for step in ("stop", "canary", "switch") if step in steps]
+    if not check_mode:
+        kinds += ["reboot"] if "reboot" in steps else []
+        kinds += ["start"] if "health" in steps else []
+    kinds += ["clear_restart"] if clear_marker else []
+    kinds += ["hold"] if p["record_hold"] else []
+    kinds += ["unhold"] if p["clear_hold"] else []
+    kinds += ["prune"] if "switch" in steps else []
+    kinds += ["journal_done"] if p["journal"] is not None else []
+    return kinds
 
 
 def _protected(node: Node) -> list[str]:

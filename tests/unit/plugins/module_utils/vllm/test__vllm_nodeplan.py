@@ -200,6 +200,51 @@ def test_steps(observed, routers, extra, steps, action):
     assert result["action"] == action, result["line"]
 
 
+SERVER_STEPS = [
+    # (id, observed, routers, extra, server_steps): what roles/vllm_server runs, in this order
+    ("converged: nothing", node(target=A), LISTED, {}, []),
+    ("stranded: the router's add only, nothing on the node", node(target=A), UNLISTED, {}, []),
+    ("upgrade behind a router: journal first, records after the start",
+     node(target=B), LISTED, {},
+     ["journal", "stop", "canary", "switch", "start", "clear_restart", "prune", "journal_done"]),
+    ("upgrade in check mode: no reboot, no start", node(target=B, reboot=True), LISTED, {"check_mode": True},
+     ["journal", "stop", "canary", "switch", "clear_restart", "prune", "journal_done"]),
+    ("reboot pending: reboot before the start", node(target=A, reboot=True), LISTED, {},
+     ["journal", "reboot", "start", "clear_restart", "journal_done"]),
+    ("dead node: started, no canary", node(running=None, target=A), LISTED, {},
+     ["journal", "start", "clear_restart", "journal_done"]),
+    ("loading node: the health wait only, nothing written", node(healthy=False), LISTED_UNHEALTHY, {}, ["start"]),
+    ("killed after the restart: the wait, then the journal goes",
+     node(running=B, healthy=False, link=B, previous=A, target=B,
+          journal={"action": "upgrade", "from": A, "to": B, "canary_ok": True}), UNLISTED, {},
+     ["start", "journal_done"]),
+    ("rollback: the hold is kept after the start", node(link=B, running=B, previous=A, target=B), LISTED,
+     {"requests": {"rollback": True}}, ["journal", "switch", "start", "clear_restart", "hold", "prune", "journal_done"]),
+    ("new pins after a rollback: the hold is lifted", node(link=A, running=A, previous=B, target=C, hold={"from": B, "to": A}),
+     LISTED, {}, ["journal", "stop", "canary", "switch", "start", "clear_restart", "unhold", "prune", "journal_done"]),
+    ("a killed run's canary still runs on a converged node: stopped, nothing else",
+     dict(node(target=A), canary={"active_state": "active", "main_pid": 777}), LISTED, {}, ["stop_canary"]),
+    ("a rollback with a canary left: stopped before anything else",
+     dict(node(link=B, running=B, previous=A, target=B), canary={"active_state": "active", "main_pid": 9}), LISTED,
+     {"requests": {"rollback": True}},
+     ["stop_canary", "journal", "switch", "start", "clear_restart", "hold", "prune", "journal_done"]),
+    ("no GPU, restart request left: cleared, nothing starts",
+     node(running=None, target=A, files={"unit": T0 - 100, "env_file": T0 - 100, "restart_marker": T0}), [],
+     {"start": False}, ["clear_restart"]),
+    ("held: nothing at all, the journal of the killed run stays",
+     node(target=B, journal={"action": "upgrade", "from": A, "to": B}), UNKNOWN, {}, []),
+]
+
+
+@pytest.mark.parametrize("observed, routers, extra, kinds", [c[1:] for c in SERVER_STEPS],
+                         ids=[c[0] for c in SERVER_STEPS])
+def test_server_steps(observed, routers, extra, kinds):
+    result = plan(observed, routers, **extra)
+    assert result["server_steps"] == kinds, result["line"]
+    if kinds:
+        assert not result["converged"], "a node with steps to run is not converged"
+
+
 def test_every_stop_is_followed_by_a_start():
     for _id, observed, routers, extra, _steps, _action in CASES:
         steps = plan(observed, routers, **extra)["steps"]

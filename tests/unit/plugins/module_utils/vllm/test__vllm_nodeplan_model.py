@@ -131,7 +131,7 @@ def check_may_stop(fleet: Fleet, name: str, step: str, unknown: bool) -> None:
 
 
 def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.Any], reads: list) -> None:
-    """serve_node.yml + execute.yml + recover.yml, for one node's plan."""
+    """serve_node.yml + execute.yml (the plan's server_steps) + recover.yml, for one node's plan."""
     n = fleet.nodes[name]
     unknown = any(k[0] in fleet.lists and k[1] == "router" for k in faults["unknown"]) or (
         n["alive"] and (name, "health") in faults["unknown"])
@@ -159,47 +159,51 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
     if "drain" in steps:
         assert not unknown, f"{name}: drained although a read it depends on did not answer"
         step_done()
-    if p["changes"]:
-        n["journal"] = copy.deepcopy(p["journal"])
-    canary_ok = True
-    if "stop" in steps:
-        check_may_stop(fleet, name, "stop", unknown)
-        n["alive"] = False
-        step_done()
-    if "canary" in steps:
-        if name in faults["canary_fails"]:
-            canary_ok = False
-        elif n["journal"] is not None:
+    # The node's own steps: the plan's server_steps in its order, as roles/vllm_server/tasks/
+    # execute.yml runs them (one task file per kind).
+    for kind in p["server_steps"]:
+        if kind in ("stop", "canary", "switch", "reboot") or (kind == "start" and "restart" in steps):
+            assert n["journal"] is not None, f"{name}: {kind} before the journal was written"
+        if kind == "journal":
+            n["journal"] = copy.deepcopy(p["journal"])
+        elif kind == "stop":
+            check_may_stop(fleet, name, "stop", unknown)
+            n["alive"] = False
+            step_done()
+        elif kind == "canary":
+            if name in faults["canary_fails"]:
+                recover(fleet, name, p, {"canary": {"ok": False}})
+                raise Failed("canary")
             n["journal"]["canary_ok"] = True
-        step_done()
-    if not canary_ok:
-        recover(fleet, name, p, {"canary": {"ok": False}})
-        raise Failed("canary")
-    if "switch" in steps:
-        n["previous"], n["link"] = n["link"], p["switch_to"]
-        step_done()
-    if "reboot" in steps:
-        check_may_stop(fleet, name, "reboot", unknown)
-        n["alive"], n["reboot"] = False, False
-        step_done()
-    if "restart" in steps:
-        check_may_stop(fleet, name, "restart", unknown)
-        n["alive"], n["running"], n["started"] = False, n["link"], fleet.tick()
-        if name in faults["start_fails"]:
-            recover(fleet, name, p, {"start": {"ok": False, "stage": "start"}})
-            raise Failed("start")
-        n["alive"] = True
-        step_done()
-    if "health" in steps:
-        assert n["alive"], f"{name}: a health wait with nothing running"
-        step_done()
-    if "restart" in steps:
-        n["marker"] = None
-    if p["record_hold"]:
-        n["hold"] = {"from": p["from"], "to": p["to"], "at": "model"}
-    if p["clear_hold"]:
-        n["hold"] = None
-    n["journal"] = None
+            step_done()
+        elif kind == "switch":
+            n["previous"], n["link"] = n["link"], p["switch_to"]
+            step_done()
+        elif kind == "reboot":
+            check_may_stop(fleet, name, "reboot", unknown)
+            n["alive"], n["reboot"] = False, False
+            step_done()
+        elif kind == "start":
+            if "restart" in steps:
+                check_may_stop(fleet, name, "restart", unknown)
+                n["alive"], n["running"], n["started"] = False, n["link"], fleet.tick()
+                if name in faults["start_fails"]:
+                    recover(fleet, name, p, {"start": {"ok": False, "stage": "start"}})
+                    raise Failed("start")
+                n["alive"] = True
+                step_done()
+            assert n["alive"], f"{name}: a health wait with nothing running"
+            step_done()
+        elif kind == "clear_restart":
+            n["marker"] = None
+        elif kind == "hold":
+            n["hold"] = {"from": p["from"], "to": p["to"], "at": "model"}
+        elif kind == "unhold":
+            n["hold"] = None
+        elif kind == "journal_done":
+            n["journal"] = None
+        else:
+            assert kind in ("stop_canary", "prune"), f"{name}: a step kind the executor does not know: {kind}"
     if "add" in steps:
         for r in fleet.lists:
             fleet.lists[r].add(name)
