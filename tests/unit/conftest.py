@@ -25,5 +25,6 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line(
                 "planner model: {fleets} generated fleets, {rounds} rounds of events and faults, {runs} "
                 "site.yml runs, {plans} plans, {steps} steps checked against the invariants; "
-                "{held} held, {killed} killed, {failed} failed, {refused} refused; {concurrent} concurrent runs refused by "
-                "the lock, {takeovers} locks of killed runs taken over".format(**stats))
+                "{held} held, {killed} killed, {failed} failed, {refused} refused; {fenced} stops refused by the "
+                "executor's fresh router read; {concurrent} concurrent runs refused by the lock, {takeovers} locks of "
+                "killed runs taken over".format(**stats))

@@ -132,7 +132,8 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     restart_since (a server started after this epoch already is the restart asked for),
     rollback, rollback_from (env names: only a node serving one of them rolls back; empty: any),
     rollforward, canary}); canary ({enabled, stop_server, batch_size, hosts_count,
-    gpu_memory_gib}); check_mode; now (epoch seconds, recorded in the journal).
+    gpu_memory_gib}); env_keep (vllm_server_env_keep: how many envs a prune after a switch
+    keeps, 0 = no prune); check_mode; now (epoch seconds, recorded in the journal).
     """
     node = Node(state.get("observed") or {})
     routers = Routers(state.get("routers"))
@@ -310,20 +311,25 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "stop_canary": node.canary_left,
         "record_hold": action == "rollback", "clear_hold": bool(node.hold) and switch and kind != "rollback",
     }
-    result["server_steps"] = [] if held else server_steps(result, check_mode, clear_marker)
+    prune = switch and _int(state.get("env_keep"), 2) > 0
+    fence = node.alive and bool(routers.all) and not check_mode
+    result["server_steps"] = [] if held else server_steps(result, check_mode, clear_marker, prune, fence)
     result["protect"] = _protected(node)
     result["line"] = line(result)
     return result
 
 
-def server_steps(p: t.Mapping[str, t.Any], check_mode: bool, clear_marker: bool) -> list[str]:
+def server_steps(p: t.Mapping[str, t.Any], check_mode: bool, clear_marker: bool, prune: bool,
+                 fence: bool) -> list[str]:
     """What roles/vllm_server runs on the node, in this order, one task file per kind
     (tasks/steps/<kind>.yml): the plan's own steps and the records around them, so that the
     order of an upgrade lives here alone. The router steps (remove, drain, add) are site.yml's.
 
     The journal is written before the first step that changes anything and removed after the
     last; a canary or a start that fails runs the recovery and ends the list there. A check
-    run neither reboots nor waits for a start.
+    run neither reboots nor waits for a start. With `fence` (a live server, routers configured)
+    the routers are read again right before the first step that stops it -- after a canary
+    beside it too, which may take minutes -- and none may list it or fail to answer.
     """
     steps = p["steps"]
     kinds = ["stop_canary"] if p["stop_canary"] else []
@@ -335,8 +341,12 @@ def server_steps(p: t.Mapping[str, t.Any], check_mode: bool, clear_marker: bool)
     kinds += ["clear_restart"] if clear_marker else []
     kinds += ["hold"] if p["record_hold"] else []
     kinds += ["unhold"] if p["clear_hold"] else []
-    kinds += ["prune"] if "switch" in steps else []
+    kinds += ["prune"] if prune else []
     kinds += ["journal_done"] if p["journal"] is not None else []
+    stops = [i for i, kind in enumerate(kinds)
+             if kind in ("stop", "reboot") or (kind == "start" and "restart" in steps)]
+    if fence and stops:
+        kinds.insert(stops[0], "fence")
     return kinds
 
 

@@ -37,7 +37,7 @@ ROUTERS = ("router01", "router02")
 FLOOR = 1
 DISRUPTIVE = ("stop", "restart", "reboot")
 STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0,
-                         "refused": 0, "killed": 0, "failed": 0, "concurrent": 0, "takeovers": 0}
+                         "refused": 0, "killed": 0, "failed": 0, "fenced": 0, "concurrent": 0, "takeovers": 0}
 
 
 class Fleet:
@@ -159,12 +159,20 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
     if "drain" in steps:
         assert not unknown, f"{name}: drained although a read it depends on did not answer"
         step_done()
+    if name in faults["readd"]:  # a second actor puts the node back while it is out (by hand, a script)
+        for r in fleet.lists:
+            fleet.lists[r].add(name)
     # The node's own steps: the plan's server_steps in its order, as roles/vllm_server/tasks/
     # execute.yml runs them (one task file per kind).
     for kind in p["server_steps"]:
         if kind in ("stop", "canary", "switch", "reboot") or (kind == "start" and "restart" in steps):
             assert n["journal"] is not None, f"{name}: {kind} before the journal was written"
-        if kind == "journal":
+        if kind == "fence":  # steps/fence.yml: a fresh read; listed or unknown anywhere refuses
+            view = vf.router_view(fleet.reads(faults), fleet.url(name))
+            if any(r["listed"] or r["unknown"] for r in view):
+                STATS["fenced"] += 1
+                raise Failed("fence")
+        elif kind == "journal":
             n["journal"] = copy.deepcopy(p["journal"])
         elif kind == "stop":
             check_may_stop(fleet, name, "stop", unknown)
@@ -331,7 +339,7 @@ def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], request
 
 
 NO_FAULTS: dict[str, t.Any] = {"unknown": set(), "kill": {}, "canary_fails": set(), "start_fails": set(),
-                               "concurrent": False}
+                               "readd": set(), "concurrent": False}
 
 node_strategy = st.fixed_dictionaries({
     "alive": st.booleans(),
@@ -358,6 +366,7 @@ def faults_strategy(names: list[str]) -> st.SearchStrategy[dict[str, t.Any]]:
         "kill": st.dictionaries(st.sampled_from(names), st.integers(1, 8), max_size=1),
         "canary_fails": st.sets(st.sampled_from(names), max_size=1),
         "start_fails": st.sets(st.sampled_from(names), max_size=1),
+        "readd": st.sets(st.sampled_from(names), max_size=1),
         "concurrent": st.booleans(),
     })
 
@@ -419,7 +428,8 @@ def test_the_plan_keeps_the_invariants_and_converges(data):
 
 
 def test_the_model_is_not_vacuous():
-    """The generated runs held, refused, killed and failed nodes, and took steps (else the
+    """The generated runs held, refused, killed, fenced and failed nodes, and took steps (else the
     invariants above were checked on nothing). Runs after the property test in this file."""
     assert STATS["fleets"] >= 100 and STATS["steps"] > 1000
-    assert min(STATS["held"], STATS["killed"], STATS["failed"], STATS["concurrent"], STATS["takeovers"]) > 0, STATS
+    assert min(STATS["held"], STATS["killed"], STATS["failed"], STATS["fenced"], STATS["concurrent"],
+               STATS["takeovers"]) > 0, STATS
