@@ -10,10 +10,7 @@ The weights check that judges the directories is the real module. Needs tests/en
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +20,6 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
                                 reason="needs ansible-playbook (source tests/env.sh)")
 
 REPO = Path(__file__).resolve().parents[4]
-ROLE = REPO / "roles" / "vllm_server"
 PINNED, OTHER = "1" * 40, "2" * 40
 HF_DOUBLE = """#!{python}
 # TEST DOUBLE of `hf download REPO --local-dir DIR [--revision R]` (see the test's docstring).
@@ -41,43 +37,27 @@ meta.mkdir(parents=True, exist_ok=True)
 for name in make_checkpoint(local, shards=2, shard_bytes=4096):
     (meta / (name + ".metadata")).write_text(commit + '\\n"etag"\\n1796274797.0\\n')
 """
-PLAYBOOK = """
-- hosts: localhost
-  gather_facts: false
-  vars_files: [{role}/defaults/main.yml, {role}/vars/main.yml]
-  tasks:
-    - name: Run the role's download tasks
-      ansible.builtin.include_tasks: {role}/tasks/download.yml
-"""
 
 
-def _run(tmp_path: Path, **extra: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    play = tmp_path / "play.yml"
-    play.write_text(PLAYBOOK.format(role=ROLE))
-    variables = {"vllm_server_hf_cli": str(tmp_path / "hf"), "vllm_server_user": "root", "vllm_server_group": "root",
-                 "vllm_server_model_repo": "moonshotai/Kimi-K2.5", "vllm_server_model_path": str(tmp_path / "model"),
-                 "vllm_server_model_revision": PINNED, "vllm_server_drafter_repo": "lightseekorg/kimi-k2.5-eagle3",
-                 "vllm_server_drafter_path": str(tmp_path / "drafter"), "vllm_server_drafter_revision": "",
-                 "vllm_server_hf_token": "hf_secret_token_0123", "ansible_become_method": "su",
-                 "ansible_python_interpreter": sys.executable, **extra}
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOCALHOST_WARNING="false",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
-    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", json.dumps(variables), str(play)],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
-    return proc, json.loads(proc.stdout)["plays"][0]["tasks"]
+def _variables(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"vllm_server_hf_cli": str(tmp_path / "hf"), "vllm_server_user": "root", "vllm_server_group": "root",
+            "vllm_server_model_repo": "moonshotai/Kimi-K2.5", "vllm_server_model_path": str(tmp_path / "model"),
+            "vllm_server_model_revision": PINNED, "vllm_server_drafter_repo": "lightseekorg/kimi-k2.5-eagle3",
+            "vllm_server_drafter_path": str(tmp_path / "drafter"), "vllm_server_drafter_revision": "",
+            "vllm_server_hf_token": "hf_secret_token_0123", "ansible_become_method": "su", **extra}
 
 
 def _result(tasks: list[dict], name: str) -> dict:
     return next(t["hosts"]["localhost"] for t in tasks if t["task"]["name"].startswith(name))
 
 
-def test_downloads_only_what_is_missing_and_never_over_a_pin(tmp_path: Path) -> None:
+def test_downloads_only_what_is_missing_and_never_over_a_pin(tmp_path: Path, role_tasks) -> None:
     log = tmp_path / "hf.log"
     (tmp_path / "hf").write_text(HF_DOUBLE.format(python=sys.executable, support=str(REPO / "tests" / "support"),
                                                   log=str(log), newest="3" * 40))
     (tmp_path / "hf").chmod(0o755)
 
-    proc, tasks = _run(tmp_path)
+    proc, tasks = role_tasks("download.yml", _variables(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert log.read_text().splitlines() == [
         f"download moonshotai/Kimi-K2.5 --local-dir {tmp_path / 'model'} --revision {PINNED}",
@@ -87,7 +67,7 @@ def test_downloads_only_what_is_missing_and_never_over_a_pin(tmp_path: Path) -> 
     assert "hf_secret_token_0123" not in proc.stdout + proc.stderr
 
     # Again: both directories are complete (headers read), nothing is downloaded or said.
-    proc, tasks = _run(tmp_path)
+    proc, tasks = role_tasks("download.yml", _variables(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert len(log.read_text().splitlines()) == 2
     assert all(r["complete"] for r in _result(tasks, "Find what the weights directories lack")["results"])
@@ -95,7 +75,7 @@ def test_downloads_only_what_is_missing_and_never_over_a_pin(tmp_path: Path) -> 
 
     # Another pin for the directory vLLM reads: refused, naming both commits; nothing downloaded.
     before = sorted(p.name for p in (tmp_path / "model").iterdir())
-    proc, tasks = _run(tmp_path, vllm_server_model_revision=OTHER)
+    proc, tasks = role_tasks("download.yml", _variables(tmp_path, vllm_server_model_revision=OTHER))
     assert proc.returncode != 0
     refused = _result(tasks, "Refuse a revision pin the directory does not hold")["results"]
     assert len(refused) == 1 and f"holds {PINNED}" in refused[0]["msg"] and f"the pin is {OTHER}" in refused[0]["msg"]

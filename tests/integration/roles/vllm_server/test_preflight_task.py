@@ -10,10 +10,7 @@ Needs tests/env.sh.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,38 +19,19 @@ import pytest
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
                                 reason="needs ansible-playbook (source tests/env.sh)")
 
-ROLE = Path(__file__).resolve().parents[4] / "roles" / "vllm_server"
 API_KEY = "preflight-api-key-0123456789"
-PLAYBOOK = """
-- hosts: localhost
-  gather_facts: false
-  vars_files: [{role}/defaults/main.yml, {role}/vars/main.yml]
-  tasks:
-    - name: Run the role's preflight tasks
-      ansible.builtin.include_tasks: {role}/tasks/preflight_vllm.yml
-      vars:
-        vllm_server_preflight_python: {python}
-        vllm_server_preflight_cache: false
-        vllm_server_preflight_scratch_dir: {scratch}
-        vllm_server_api_key: {key}
-        vllm_server_env: {{VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1", NCCL_DEBUG: 'say "hi"'}}
-"""
 
 
-def test_the_probe_gets_the_env_file_and_the_key_stays_out_of_logs(tmp_path: Path) -> None:
+def test_the_probe_gets_the_env_file_and_the_key_stays_out_of_logs(tmp_path: Path, role_tasks) -> None:
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nenv -0 >> "{tmp_path}/env"\nprintf "%s\\n" "$@" >> '
                       f'"{tmp_path}/argv"\nexec {sys.executable} "$@"\n')
     python.chmod(0o755)
-    play = tmp_path / "play.yml"
-    play.write_text(PLAYBOOK.format(role=ROLE, python=python, key=API_KEY, scratch=tmp_path / "scratch"))
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOCALHOST_WARNING="false",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
-    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc, tasks = role_tasks("preflight_vllm.yml", {
+        "vllm_server_preflight_python": str(python), "vllm_server_preflight_cache": False,
+        "vllm_server_preflight_scratch_dir": str(tmp_path / "scratch"), "vllm_server_api_key": API_KEY,
+        "vllm_server_env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "NCCL_DEBUG": 'say "hi"'}})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
     judged = next(t["hosts"]["localhost"] for t in tasks
                   if t["task"]["name"] == "Let the installed vLLM judge the serve command line")
     assert judged["skipped"] is True and "vLLM is not installed" in judged["skip_reason"]
