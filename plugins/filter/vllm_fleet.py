@@ -15,6 +15,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _fleet as vf
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeview as vv
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodereport as vn
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _router_restart as vr
 
@@ -25,6 +26,14 @@ def vllm_node_plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         return vp.plan(state)
     except vp.PlanError as exc:
         raise AnsibleFilterError(f"vllm_node_plan: {exc}") from exc
+
+
+def vllm_node_serving(observed: t.Mapping[str, t.Any]) -> bool:
+    """vllm_node_state's result | vllm_node_serving: the plan's `serving`, without a plan."""
+    try:
+        return vv.Node(observed if isinstance(observed, t.Mapping) else {}).serving
+    except vp.PlanError as exc:
+        raise AnsibleFilterError(f"vllm_node_serving: {exc}") from exc
 
 
 def vllm_node_report(plan: t.Mapping[str, t.Any], outcomes: t.Mapping[str, t.Any] | None = None,
@@ -95,6 +104,7 @@ class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
             "vllm_node_plan": vllm_node_plan,
+            "vllm_node_serving": vllm_node_serving,
             "vllm_node_report": vllm_node_report,
             "vllm_node_recovery": vllm_node_recovery,
             "vllm_router_settings": vllm_router_settings,

@@ -306,7 +306,7 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "canary_beside": canary_beside, "canary_memory": memory, "stop_reason": stop_reason,
         "restart_reasons": restart_reasons if restart else [], "reasons": reasons,
         "held": held,
-        "routed": routed, "routers_note": routers.note(), "serving": node.healthy or node.health_unknown,
+        "routed": routed, "routers_note": routers.note(), "serving": node.serving,
         "alive": node.alive, "state": node.state_text(), "journal": record, "resumed": bool(journal),
         "stop_canary": node.canary_left,
         "record_hold": action == "rollback", "clear_hold": bool(node.hold) and switch and kind != "rollback",

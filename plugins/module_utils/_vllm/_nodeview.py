@@ -114,6 +114,11 @@ class Node:
         return self.alive and not self.health_known
 
     @property
+    def serving(self) -> bool:
+        """Healthy, or a /health that did not answer: site.yml's idle play leaves it to the rolling play."""
+        return self.healthy or self.health_unknown
+
+    @property
     def running_env(self) -> str:
         """The env the running process uses; the link's when it cannot be told."""
         if not self.alive:

@@ -12,7 +12,7 @@ FILTERS = FilterModule().filters()
 
 
 def test_registered_names() -> None:
-    assert set(FILTERS) == {"vllm_node_plan", "vllm_node_report", "vllm_node_recovery", "vllm_router_settings",
+    assert set(FILTERS) == {"vllm_node_plan", "vllm_node_serving", "vllm_node_report", "vllm_node_recovery", "vllm_router_settings",
                             "vllm_router_view", "vllm_router_removal_problems", "vllm_router_reconcile",
                             "vllm_drain_settings", "vllm_router_restart_need", "vllm_router_restart_plan"}
 

@@ -12,6 +12,7 @@ import pytest
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodereport as vn
+from ansible_collections.gpuserve.vllm.plugins.filter.vllm_fleet import FilterModule
 
 A, B, C = "/opt/ml-env.d/vllm-0.17.0-aaaa", "/opt/ml-env.d/vllm-0.18.0-bbbb", "/opt/ml-env.d/vllm-0.19.0-cccc"
 T0 = 1_700_000_000.0  # when the running server started
@@ -557,3 +558,20 @@ def test_a_fingerprint_not_read_now_restarts_nothing_and_is_said():
     result = plan(node(target=A, start_record=record), LISTED)
     assert result["steps"] == [], result["line"]
     assert "could not read nccl_conf (unreadable: Permission denied) now: not compared" in result["line"]
+
+
+@pytest.mark.parametrize(("observed", "serving"), [
+    (node(), True),
+    (node(health_known=False), True),  # /health timed out: it may be serving (unknown is not no)
+    (node(healthy=False), False),  # runs, /health refused: still loading
+    (node(running=None), False),
+    (node(running=None, health_known=False), False),  # no process: a time-out cannot mean it serves
+    (node(unit="not-found", running=None), False),
+    ({}, False),
+], ids=["healthy", "health timed out", "loading", "failed", "failed, health timed out", "no unit", "nothing read"])
+def test_the_idle_play_leaves_what_the_plan_calls_serving(observed, serving):
+    """site.yml's idle play leaves a node to the rolling play by vllm_node_serving, before any plan:
+    the same judgement as the plan's `serving` (a node it keeps is planned there, one it leaves is not)."""
+    assert FilterModule().filters()["vllm_node_serving"](observed) is serving
+    if observed:
+        assert plan(observed, LISTED)["serving"] is serving

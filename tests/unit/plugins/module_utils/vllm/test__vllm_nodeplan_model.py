@@ -31,6 +31,7 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _fleet 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _lock as vl
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodereport as vn
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeview as vv
 
 ENVS = ("/opt/ml-env.d/vllm-0.17.0-aaaa", "/opt/ml-env.d/vllm-0.18.0-bbbb", "/opt/ml-env.d/vllm-0.19.0-cccc")
 ROUTERS = ("router01", "router02")
@@ -279,15 +280,19 @@ def concurrent_run(fleet: Fleet) -> None:
 
 def serve_plays(fleet: Fleet, faults: dict[str, t.Any], requests: dict[str, t.Any], started: float,
                 held: list[str], out: set[str]) -> list[str]:
-    """Plays 2, 3 and 4 of one run (Killed propagates: nothing after the kill happens)."""
+    """Plays 2, 3 and 4 of one run (Killed propagates: nothing after the kill happens). A node
+    whose turn the idle play took (its plan ran there, not held) is left by the rolling play."""
+    taken: set[str] = set()
     for scope in ("idle", "routers", "all"):
         if scope == "routers":
             reconcile(fleet, faults)
             if faults.get("concurrent"):
                 concurrent_run(fleet)
             continue
-        for name in sorted(set(fleet.nodes) - out):
+        for name in sorted(set(fleet.nodes) - out - taken):
             verdict = serve(fleet, name, scope, faults, dict(requests, restart_since=started))
+            if verdict == "ok" and scope == "idle":
+                taken.add(name)
             if verdict == "held":
                 held.append(name)
             elif verdict == "failed":
@@ -309,9 +314,13 @@ def reconcile(fleet: Fleet, faults: dict[str, t.Any]) -> None:
 
 
 def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], requests: dict[str, t.Any]) -> str:
-    """serve_node.yml for one node: ok | skipped | held | failed."""
+    """serve_node.yml for one node: ok | skipped | held | failed. The idle play observes the node
+    first and leaves one that serves (vllm_node_serving) before its routers are read."""
+    observed = fleet.observe(name, faults)
+    if scope == "idle" and vv.Node(observed).serving:
+        return "skipped"
     reads = fleet.reads(faults)
-    state = {"observed": fleet.observe(name, faults), "routers": vf.router_view(reads, fleet.url(name)),
+    state = {"observed": observed, "routers": vf.router_view(reads, fleet.url(name)),
              "start": True, "rendered": {}, "requests": requests,
              "canary": {"enabled": True, "stop_server": "auto", "batch_size": 1 if scope == "all" else len(fleet.nodes),
                         "hosts_count": len(fleet.nodes), "gpu_memory_gib": 16},
@@ -322,8 +331,7 @@ def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], request
         STATS["refused"] += 1
         return "failed"
     STATS["plans"] += 1
-    if scope == "idle" and p["serving"]:
-        return "skipped"
+    assert not (scope == "idle" and p["serving"]), "the idle play planned a node that serves"
     if p["held"]:
         STATS["held"] += 1
         return "held"
