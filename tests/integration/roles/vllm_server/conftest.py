@@ -1,5 +1,5 @@
-"""Run one of roles/vllm_server's task files on localhost, as the role would, with its defaults
-and vars; the results come back from the json callback."""
+"""Run one of roles/vllm_server's task files on localhost, as the role would (include_role
+tasks_from: its defaults, vars and templates); the results come back from the json callback."""
 
 from __future__ import annotations
 
@@ -13,28 +13,28 @@ from pathlib import Path
 import pytest
 
 ROLE = Path(__file__).resolve().parents[4] / "roles" / "vllm_server"
-PLAYBOOK = """
-- hosts: localhost
-  gather_facts: false
-  vars_files: [{role}/defaults/main.yml, {role}/vars/main.yml]
-  tasks:
-    - name: Run the role's {tasks} tasks
-      ansible.builtin.include_tasks: {role}/tasks/{tasks}
-"""
 
 
 @pytest.fixture
 def role_tasks(tmp_path: Path) -> t.Callable[..., tuple[subprocess.CompletedProcess, list[dict]]]:
-    """role_tasks(tasks_file, variables) -> (the finished ansible-playbook, its tasks' results)."""
+    """role_tasks(tasks_file, variables, before=[tasks]) -> (the finished ansible-playbook, its
+    tasks' results); `before` runs first in the same play (what an earlier task left)."""
 
-    def run(tasks_file: str, variables: dict[str, t.Any]) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    def run(tasks_file: str, variables: dict[str, t.Any],
+            before: list[dict[str, t.Any]] | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
         play = tmp_path / f"play-{tasks_file.replace('/', '-')}"
-        play.write_text(PLAYBOOK.format(role=ROLE, tasks=tasks_file))
+        play.write_text(json.dumps([{  # JSON is YAML
+            "hosts": "localhost", "gather_facts": False,
+            "tasks": list(before or []) + [{"name": f"Run the role's {tasks_file} tasks", "ansible.builtin.include_role": {
+                "name": str(ROLE), "tasks_from": tasks_file.removesuffix(".yml")}}]}]))
         env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOCALHOST_WARNING="false",
                    ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
         proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
                                "-e", json.dumps({"ansible_python_interpreter": sys.executable, **variables}), str(play)],
                               capture_output=True, text=True, env=env, timeout=300, check=False)
-        return proc, json.loads(proc.stdout)["plays"][0]["tasks"]
+        tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
+        for task in tasks:  # the task's own name, as the role's task files spell it
+            task["task"]["name"] = task["task"]["name"].removeprefix(f"{ROLE} : ")
+        return proc, tasks
 
     return run
