@@ -115,6 +115,44 @@ step_molecule() {
   return $rc
 }
 
+# site.yml's fast path (docs/operations.md, "A run with nothing to change"), on the rehearsal node
+# the runs above left: a run with nothing to change leaves the prepare roles out (the second run
+# may not: the serve plays' first run changed the service user's home after the record); a
+# change of each kind the prepare play repairs makes the next run prepare in full and repair it;
+# then the fast path again.
+rehearsal_fast_path() {
+  local node=gpuserve-rehearsal rc=0 log="$out/rehearsal-fast-path.log" kind change repaired part
+  local prepared='TASK \[gpuserve.vllm.ml_env : Create the service user'
+  fast_and_unchanged() { # fast_and_unchanged <what>
+    bash scripts/rehearse.sh >"$log" 2>&1 || { echo "FAIL: $1: site.yml failed (tests/output/rehearsal-fast-path.log)"; return 1; }
+    local recap
+    recap="$(grep -E '^gpuserve-rehearsal +: ok=' "$log")"
+    grep -q "$prepared" "$log" && { echo "FAIL: $1 prepared in full (no fast path)"; return 1; }
+    grep -qE 'changed=0 +unreachable=0 +failed=0' <<<"$recap" || { echo "FAIL: $1 changed something: $recap"; return 1; }
+    echo "fast path: $1 left the prepare roles out: $recap"
+  }
+  fast_and_unchanged "a run with nothing to change" || return 1
+  # kind @ the change @ how its repair shows @ the part of the record that names it
+  local changes="$out/rehearsal-fast-path-changes"
+  cat >"$changes" <<'CHANGES'
+/etc/nccl.conf edited@echo NCCL_DEBUG=TRACE >>/etc/nccl.conf@! grep -q TRACE /etc/nccl.conf@path:/etc/nccl.conf
+a file of the serving env given to the service user@chown vllm "$(readlink -f /opt/ml-env)/pyvenv.cfg"@[ "$(stat -c %U "$(readlink -f /opt/ml-env)/pyvenv.cfg")" = root ]@tree:/opt/ml-env.d
+the service user's shell changed@usermod -s /bin/bash vllm@[ "$(getent passwd vllm | cut -d: -f7)" = /usr/sbin/nologin ]@path:/etc/passwd
+a wheel removed from the node's wheelhouse@rm /var/cache/gpuserve/wheelhouse/uv-*.whl@ls /var/cache/gpuserve/wheelhouse/uv-*.whl >/dev/null@tree:/var/cache/gpuserve/wheelhouse
+CHANGES
+  # One change of each kind at once; the read names each in its own part (-v shows its reasons).
+  while IFS='@' read -r kind change repaired part; do podman exec "$node" sh -c "$change" </dev/null; done <"$changes"
+  bash scripts/rehearse.sh -v >"$log" 2>&1 || { echo "FAIL: site.yml failed after the changes (tests/output/rehearsal-fast-path.log)"; return 1; }
+  grep -q "$prepared" "$log" || { echo "FAIL: the run after the changes took the fast path"; rc=1; }
+  while IFS='@' read -r kind change repaired part; do
+    grep -q "\"$part: changed\"" "$log" || { echo "FAIL ($kind): the read did not name $part"; rc=1; }
+    podman exec "$node" sh -c "$repaired" </dev/null || { echo "FAIL ($kind): the run did not repair it"; rc=1; }
+  done <"$changes"
+  [ "$rc" -eq 0 ] || return 1
+  echo "fast path: $(cut -d'@' -f1 "$changes" | paste -sd';' | sed 's/;/; /g') -> the read named each, the run prepared in full and repaired them"
+  fast_and_unchanged "the run after the repairs"
+}
+
 step_rehearsal() {
   # The README's main job, end to end: site.yml on a fresh rehearsal node, then again, which must
   # report no changes. The node is recreated first and removed afterwards.
@@ -130,6 +168,7 @@ step_rehearsal() {
       echo "FAIL: the second run of site.yml changed something"
       rc=1
     fi
+    [ "$rc" -eq 0 ] && { rehearsal_fast_path || rc=1; }
     # Air-gapped (README "Air-gapped fleets"): the node has no network, and a pin its wheelhouse
     # lacks is refused, naming it, before anything changes on the node.
     if [ "$rc" -eq 0 ]; then
