@@ -29,7 +29,8 @@ def node_converged_options(roles: t.Sequence[str]) -> t.List[str]:
         path = os.path.join(_ROOT, "roles", role, "meta", "argument_specs.yml")
         try:
             with open(path, encoding="utf-8") as handle:
-                specs = yaml.safe_load(handle)
+                # libyaml where it is there: this runs once for each node (a worker of its own)
+                specs = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
             names.update(specs["argument_specs"]["main"]["options"])
         except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
             raise AnsibleFilterError(f"node_converged_options: {path}: no main entry point's options ({exc})") from exc

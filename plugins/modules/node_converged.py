@@ -35,11 +35,18 @@ options:
     default: /var/lib/gpuserve/converged.json
   inputs:
     description:
-      - A digest of what the run was given (the roles' options, the collection, the wheelhouse,
-        the facts the roles decide on), made on the controller by the
+      - A digest of what the run was given (the roles' options, the collection, the wheelhouse),
+        made on the controller by the
         P(gpuserve.vllm.node_converged_inputs#filter) filter.
     type: str
     required: true
+  handoff:
+    description:
+      - O(state=record) only. Values the run derived from these inputs and this node (the name of
+        the env it built), kept in the record and returned by a read that finds the node
+        converged (RV(handoff)), so that the next run need not derive them again.
+    type: dict
+    default: {}
   unless_exists:
     description:
       - Paths whose existence says the node is not converged, whatever the digests say (a reboot
@@ -105,6 +112,11 @@ converged:
   description: O(state=read) only. Inputs and every artefact as recorded.
   returned: always
   type: bool
+handoff:
+  description: O(state=read) only. The recorded O(handoff) when RV(converged), else empty.
+  returned: always
+  type: dict
+  sample: {ml_env_build_dir: /opt/ml-env.d/py3.11-vllm0.17.1-3f2a}
 reasons:
   description: What differs (or, for O(state=record), why nothing was recorded); empty when none.
   returned: always
@@ -149,6 +161,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["read", "record"], "default": "read"},
             "path": {"type": "path", "default": "/var/lib/gpuserve/converged.json"},
             "inputs": {"type": "str", "required": True},
+            "handoff": {"type": "dict", "default": {}},
             "unless_exists": {"type": "list", "elements": "path", "default": []},
             "artefacts": {"type": "list", "elements": "dict", "required": True, "options": {
                 "kind": {"type": "str", "required": True, "choices": list(nc.KINDS)},
@@ -159,7 +172,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    result = {"changed": False, "converged": False, "recorded": False, "reasons": []}
+    result = {"changed": False, "converged": False, "recorded": False, "reasons": [], "handoff": {}}
     try:
         for artefact in p["artefacts"]:
             nc.part_name(artefact)
@@ -171,7 +184,7 @@ def main() -> None:
         verdict = nc.compare(record, p["inputs"], nc.read(p["artefacts"]))
         reasons = pending + (problems or verdict.reasons)
         converged = verdict.converged and not problems and not pending
-        result.update(converged=converged, reasons=reasons,
+        result.update(converged=converged, reasons=reasons, handoff=record["handoff"] if converged else {},
                       msg=("as the last full run left it: nothing to prepare" if converged else
                            f"to prepare: {reasons[0]}" + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")))
         module.exit_json(**result)
@@ -180,7 +193,7 @@ def main() -> None:
     try:
         if pending:
             raise nc.ConvergedError("not recorded: " + "; ".join(pending))
-        new = nc.record_for(p["inputs"], nc.settled_read(p["artefacts"]))
+        new = nc.record_for(p["inputs"], nc.settled_read(p["artefacts"]), p["handoff"])
     except nc.ConvergedError as exc:
         # Nothing may be left that vouches for a state this run could not read: the next run
         # prepares in full.

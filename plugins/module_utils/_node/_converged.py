@@ -35,7 +35,7 @@ import subprocess
 import time
 import typing as t
 
-FORMAT = 1
+FORMAT = 2  # 2: a handoff
 RACY_NS = 2_000_000_000
 CONTENT_LIMIT = 1 << 20
 KINDS = ("tree", "path", "unit", "content", "listing")
@@ -223,7 +223,7 @@ def compare(record: t.Optional[t.Mapping[str, t.Any]], inputs: str,
         return Verdict(False, ["no record of a converged run on this node"])
     reasons = []
     if record.get("inputs") != inputs:
-        reasons.append("the run's inputs changed (role options, the collection, the wheelhouse or the node's facts)")
+        reasons.append("the run's inputs changed (role options, the collection or the wheelhouse)")
     recorded = record.get("parts") or {}
     for name in sorted(set(recorded) - set(parts)):
         reasons.append(f"{name}: recorded but no longer read")
@@ -242,12 +242,15 @@ def racy(parts: t.Mapping[str, Part], now_ns: int) -> t.List[str]:
     return sorted(name for name, part in parts.items() if part.newest_ns > now_ns - RACY_NS)
 
 
-def record_for(inputs: str, parts: t.Mapping[str, Part]) -> t.Dict[str, t.Any]:
-    """The record to write; ConvergedError when a part is unreadable (unknown is not recorded)."""
+def record_for(inputs: str, parts: t.Mapping[str, Part],
+               handoff: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
+    """The record to write; ConvergedError when a part is unreadable (unknown is not recorded).
+    handoff: what the run derived from these inputs and this node (an env's name), handed back
+    by a read that finds both the same, so that the next run need not derive it again."""
     unreadable = [f"{name} ({part.why})" for name, part in parts.items() if part.digest is None]
     if unreadable:
         raise ConvergedError("not recorded, unreadable: " + "; ".join(unreadable))
-    return {"format": FORMAT, "inputs": inputs,
+    return {"format": FORMAT, "inputs": inputs, "handoff": dict(handoff or {}),
             "parts": {name: part.digest for name, part in sorted(parts.items())}}
 
 
@@ -283,7 +286,8 @@ def load(path: str) -> t.Optional[t.Dict[str, t.Any]]:
         return None
     except (OSError, ValueError) as exc:
         raise ConvergedError(f"{path}: cannot be read as a converged-run record ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("parts"), dict):
+    if (not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("parts"), dict)
+            or not isinstance(data.get("handoff"), dict)):
         raise ConvergedError(f"{path}: not a gpuserve.vllm converged-run record of format {FORMAT}")
     return data
 

@@ -49,6 +49,14 @@ def test_record_then_read_is_converged_and_recording_again_writes_nothing(node, 
     assert read["converged"] and read["reasons"] == [] and "nothing to prepare" in read["msg"]
 
 
+def test_a_converged_read_hands_back_what_the_record_was_given(node, monkeypatch):
+    run(node, monkeypatch, "record", handoff={"ml_env_build_dir": "/opt/ml-env.d/py3.11-a"})
+    assert run(node, monkeypatch, "read")["handoff"] == {"ml_env_build_dir": "/opt/ml-env.d/py3.11-a"}
+    (node / "nccl.conf").write_text("NCCL_DEBUG=INFO\n")
+    changed = run(node, monkeypatch, "read")
+    assert not changed["converged"] and changed["handoff"] == {}
+
+
 def test_a_change_or_other_inputs_is_named(node, monkeypatch):
     run(node, monkeypatch, "record")
     assert run(node, monkeypatch, "read", inputs="digest-2")["reasons"][0].startswith("the run's inputs changed")

@@ -8,6 +8,7 @@ part differs from the record, and undoing nothing makes a read equal again.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -219,9 +220,11 @@ def test_a_record_round_trips_and_a_foreign_file_is_refused(tmp_path):
     record = nc.record_for("i", nc.read(_node(tmp_path)))
     path.write_text(nc.dumps(record))
     assert nc.load(str(path)) == record
-    path.write_text('{"format": 99}')
-    with pytest.raises(nc.ConvergedError, match="not a gpuserve.vllm converged-run record"):
-        nc.load(str(path))
+    without_handoff = {k: v for k, v in record.items() if k != "handoff"}
+    for foreign in ({"format": 99}, without_handoff):
+        path.write_text(json.dumps(foreign))
+        with pytest.raises(nc.ConvergedError, match="not a gpuserve.vllm converged-run record"):
+            nc.load(str(path))
     path.write_text("{")
     with pytest.raises(nc.ConvergedError, match="cannot be read as a converged-run record"):
         nc.load(str(path))
