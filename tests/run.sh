@@ -115,14 +115,17 @@ step_molecule() {
   return $rc
 }
 
+# A task of the prepare roles that the fast path leaves out (site.yml, "A run with nothing to change").
+rehearsal_prepared='TASK \[gpuserve.vllm.ml_env : Create the service user'
+
 # site.yml's fast path (docs/operations.md, "A run with nothing to change"), on the rehearsal node
-# the runs above left: a run with nothing to change leaves the prepare roles out (the second run
-# may not: the serve plays' first run changed the service user's home after the record); a
+# the runs above left (the second of which took it already: the first recorded the node at its
+# end, after the serve plays): a run with nothing to change leaves the prepare roles out; a
 # change of each kind the prepare play repairs makes the next run prepare in full and repair it;
 # then the fast path again.
 rehearsal_fast_path() {
   local node=gpuserve-rehearsal rc=0 log="$out/rehearsal-fast-path.log" kind change repaired part
-  local prepared='TASK \[gpuserve.vllm.ml_env : Create the service user'
+  local prepared="$rehearsal_prepared"
   fast_and_unchanged() { # fast_and_unchanged <what>
     bash scripts/rehearse.sh >"$log" 2>&1 || { echo "FAIL: $1: site.yml failed (tests/output/rehearsal-fast-path.log)"; return 1; }
     local recap
@@ -166,6 +169,10 @@ step_rehearsal() {
     echo "second run: $recap"
     if [ "$rc" -eq 0 ] && ! grep -qE 'changed=0 +unreachable=0 +failed=0' <<<"$recap"; then
       echo "FAIL: the second run of site.yml changed something"
+      rc=1
+    fi
+    if [ "$rc" -eq 0 ] && grep -q "$rehearsal_prepared" "$out/rehearsal-rerun.log"; then
+      echo "FAIL: the second run prepared in full: the first run's record at its end did not hold"
       rc=1
     fi
     [ "$rc" -eq 0 ] && { rehearsal_fast_path || rc=1; }
