@@ -202,7 +202,7 @@ def report(label_: str, nodes: int, run: dict, cores: int, detail: bool = True) 
     clean = not changed and len(recap) == nodes
     verdict = f"changed=0 on {len(recap)}/{nodes} nodes" if clean else f"NOT idempotent: {changed or 'recap missing'}"
     print(f"  {label_:52s} {run['wall']:6.1f} s  {verdict}; {tasks_per_node} ok/node; "
-          f"load {run['load'][0]:.1f}->{run['load'][1]:.1f}; CPU s: controller {run['ctl_cpu']:.0f}, "
+          f"load {run['load'][0]:.1f}->{run['load'][1]:.1f}; CPU s: controller {run['ctl_cpu']:.1f}, "
           f"nodes {run['nodes_cpu']:.0f}, machine {run['all_cpu']:.0f} of {run['wall'] * cores:.0f}", flush=True)
     if detail:
         roles, tasks = profile(run["out"])

@@ -30,6 +30,11 @@ description:
   - A record of another start (systemd's C(InvocationID) differs - it could not be written) or
     none falls back to times - a file written after systemd's C(ExecMainStartTimestampMonotonic)
     is a change (C(files)).
+  - Whether the files the role renders (the unit, the env file) already hold what the controller
+    rendered (O(rendered) - their digests, compared here, not a check-mode render per file), and
+    whether the unit's environment would let another user decide what root's C(ExecStartPre)
+    loads (O(unit_environment), O(unit_extra); judged as M(gpuserve.vllm.vllm_unit_boundary)
+    does) - one read of the node for the whole serve plan.
 author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
@@ -129,6 +134,43 @@ options:
     description: The nvidia-smi command.
     type: str
     default: nvidia-smi
+  rendered:
+    description:
+      - Files the role writes from templates, each compared with what the controller rendered -
+        a regular file owned by root:root with O(rendered[].mode) and the content whose SHA-256
+        is O(rendered[].sha256). Returned in RV(rendered).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The name it is returned under.
+        type: str
+        required: true
+      path:
+        description: The file.
+        type: path
+        required: true
+      sha256:
+        description: SHA-256 (hex) of the rendered content. Not logged (the env file holds secrets).
+        type: str
+        required: true
+      mode:
+        description: Its mode, octal (V(0600)).
+        type: str
+        required: true
+  unit_environment:
+    description:
+      - The lines of the unit's C(EnvironmentFile=) (C(NAME="value"), as the C(systemd_env_lines)
+        filter renders them), judged as M(gpuserve.vllm.vllm_unit_boundary) judges them. Never
+        logged (secrets); a refusal names only the loader variables.
+    type: list
+    elements: str
+    default: []
+  unit_extra:
+    description: More C([Service]) directives of the unit (C(vllm_server_unit_extra)); its C(Environment=) and C(EnvironmentFile=) are judged too.
+    type: dict
+    default: {}
 notes:
   - Run it with become - reading another user's process and the state files needs root.
 seealso:
@@ -224,6 +266,20 @@ metrics:
       null without speculative decoding).
   returned: always
   type: dict
+rendered:
+  description:
+    - For each of O(rendered), by its name - C(same) (the file holds that content, owner and mode)
+      and C(why) (what differs, empty when the same).
+  returned: always
+  type: dict
+  sample: {unit: {same: true, why: ""}, env_file: {same: false, why: "content differs"}}
+boundary:
+  description:
+    - C(problems) - one sentence for each variable of O(unit_environment) or O(unit_extra) that would
+      let another user decide what root's C(ExecStartPre) commands load (empty when none); C(checked) -
+      those variables that are set and were found safe.
+  returned: always
+  type: dict
 gpus:
   description: With O(gpu_memory), C(index), C(total_mib), C(free_mib) per GPU; empty otherwise or without nvidia-smi.
   returned: always
@@ -231,13 +287,17 @@ gpus:
   elements: dict
 """
 
+import hashlib
 import os
+import stat
 import time
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env._pyenv import folder_problem, resolved_problem
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodestate as ns
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _unit_boundary
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu._nvidia_smi import memory_query_argv, parse_memory_csv
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._http import http_request
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._unit import parse_systemctl_show
@@ -274,6 +334,35 @@ def _read(url: str, timeout: int, tries: int, view: t.Callable[..., dict]) -> di
     return view(*ns.probe(lambda: http_request(url, timeout=timeout), tries, lambda: time.sleep(1)))
 
 
+def _rendered(path: str, sha256: str, mode: str) -> dict:
+    """Whether path is a root:root regular file with this mode and content (what differs)."""
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return {"same": False, "why": "not a regular file"}
+        with open(path, "rb") as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()
+    except FileNotFoundError:
+        return {"same": False, "why": "missing"}
+    except OSError as exc:
+        return {"same": False, "why": f"unreadable ({exc.strerror})"}
+    whys = ["content differs"] if digest != sha256.lower() else []
+    if (info.st_uid, info.st_gid) != (0, 0):
+        whys.append(f"owner {info.st_uid}:{info.st_gid}, not root:root")
+    if stat.S_IMODE(info.st_mode) != int(mode, 8):
+        whys.append(f"mode {stat.S_IMODE(info.st_mode):04o}, not {mode}")
+    return {"same": not whys, "why": "; ".join(whys)}
+
+
+def _boundary(environment: list, unit_extra: dict) -> dict:
+    try:
+        problems, checked = _unit_boundary.judge(environment, "vllm_server_env", unit_extra,
+                                                 resolved_problem, folder_problem)
+    except ValueError as exc:
+        problems, checked = [str(exc)], []
+    return {"problems": problems, "checked": checked}
+
+
 def main() -> None:
     """Read everything, change nothing."""
     module = AnsibleModule(
@@ -298,10 +387,21 @@ def main() -> None:
             "tries": {"type": "int", "default": 3},
             "gpu_memory": {"type": "bool", "default": False},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "rendered": {"type": "list", "elements": "dict", "default": [], "options": {
+                "name": {"type": "str", "required": True},
+                "path": {"type": "path", "required": True},
+                "sha256": {"type": "str", "required": True, "no_log": True},
+                "mode": {"type": "str", "required": True},
+            }},
+            "unit_environment": {"type": "list", "elements": "str", "default": [], "no_log": True},
+            "unit_extra": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
     p = module.params
+    for rendered in p["rendered"]:
+        if not rendered["mode"].isdigit() or set(rendered["mode"]) - set("01234567"):
+            module.fail_json(msg=f"rendered: {rendered['name']}: mode {rendered['mode']!r} is not octal (such as 0600)")
     link_path = os.path.abspath(p["link"]).rstrip("/") if p["link"] else ""
     unit = _unit(module, p["service"])
     canary = _unit(module, p["canary_service"])
@@ -344,6 +444,8 @@ def main() -> None:
                "env_code": ns.code_mtime(process["env"]) if process["env"] and not start_record["current"] else None},
         start_record=start_record, journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
         health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
+        rendered={r["name"]: _rendered(r["path"], r["sha256"], r["mode"]) for r in p["rendered"]},
+        boundary=_boundary(p["unit_environment"], p["unit_extra"]),
     )
 
 

@@ -69,31 +69,10 @@ checked:
   sample: [LD_PRELOAD]
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env._pyenv import folder_problem, resolved_problem
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _unit_boundary
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._preflight import unit_environment
-
-
-def _read_file(path: str, problems: list) -> dict:
-    """The variables of an EnvironmentFile=, after refusing one another user could change."""
-    why = resolved_problem(path)
-    if why:
-        problems.append(f"vllm_server_unit_extra's EnvironmentFile={path}: {why}. Root's "
-                        "ExecStartPre commands take its variables: keep it root's, in folders "
-                        "only root can write")
-        return {}
-    if not os.path.exists(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return unit_environment(handle.read().splitlines())
-    except (OSError, ValueError) as exc:
-        problems.append(f"vllm_server_unit_extra's EnvironmentFile={path} cannot be judged: {exc}")
-        return {}
 
 
 def main() -> None:
@@ -108,22 +87,13 @@ def main() -> None:
     )
     params = module.params
     try:
-        env = unit_environment(params["environment"])
+        problems, checked = _unit_boundary.judge(params["environment"], params["environment_variable"],
+                                                 params["unit_extra"], resolved_problem, folder_problem)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    extra, files = _unit_boundary.extra_environment(params["unit_extra"])
-    problems: list = []
-    sources = [(env, params["environment_variable"]),
-               (extra, "vllm_server_unit_extra's Environment")]
-    sources += [(_read_file(path, problems), f"EnvironmentFile={path}") for path in files]
-    checked = []
-    for variables, source in sources:
-        problems += _unit_boundary.root_command_problems(variables, resolved_problem, folder_problem,
-                                                         source)
-        checked += [name for name in variables if name in _unit_boundary.ROOT_LOADED]
     if problems:
         module.fail_json(msg="; ".join(problems), problems=problems)
-    module.exit_json(changed=False, checked=sorted(set(checked)))
+    module.exit_json(changed=False, checked=checked)
 
 
 if __name__ == "__main__":

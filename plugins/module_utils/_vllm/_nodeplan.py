@@ -128,7 +128,7 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
 
     state keys: observed (vllm_node_state's result); routers ([{name, reachable, listed,
     healthy, error}] for this node); start (vllm_server_start); rendered ({unit_changed,
-    env_changed}: the unit and env file rendered in check mode); requests ({restart,
+    env_changed}: the unit and env file on the node differ from what this run renders); requests ({restart,
     restart_since (a server started after this epoch already is the restart asked for),
     rollback, rollback_from (env names: only a node serving one of them rolls back; empty: any),
     rollforward, canary}); canary ({enabled, stop_server, batch_size, hosts_count,

@@ -9,14 +9,19 @@ variable that makes the loader, libc, OpenSSL or the shell load a file is refuse
 or a folder on the way to it, is one another user (the service user) could change. PYTHON*
 variables are not among them: `python3 -I` ignores every one, and nothing else root runs there is
 Python. The caller says which paths another user could change (predicates), so the decision is a
-pure function. Stdlib only, no Ansible imports.
+pure function; judge() reads only the EnvironmentFile=s it is told of. Stdlib only, no Ansible
+imports: gpuserve.vllm.vllm_unit_boundary and gpuserve.vllm.vllm_node_state (the serve plan's one
+read of the node) both judge with it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import typing as t
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._preflight import unit_environment
 
 # name -> (what reads it, whether it names folders whose entries are loaded, separators)
 ROOT_LOADED: dict[str, tuple[str, bool, str]] = {
@@ -102,3 +107,39 @@ def root_command_problems(env: t.Mapping[str, str], writable: t.Callable[[str], 
                 f"root run its code. Point {name} only at root-owned files in folders only root "
                 "can write, or leave it out")
     return problems
+
+
+def _environment_file(path: str, writable: t.Callable[[str], str], problems: list[str]) -> dict[str, str]:
+    """The variables of an EnvironmentFile=, after refusing one another user could change."""
+    why = writable(path)
+    if why:
+        problems.append(f"vllm_server_unit_extra's EnvironmentFile={path}: {why}. Root's "
+                        "ExecStartPre commands take its variables: keep it root's, in folders "
+                        "only root can write")
+        return {}
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return unit_environment(handle.read().splitlines())
+    except (OSError, ValueError) as exc:
+        problems.append(f"vllm_server_unit_extra's EnvironmentFile={path} cannot be judged: {exc}")
+        return {}
+
+
+def judge(environment: t.Sequence[str], environment_variable: str, unit_extra: t.Mapping[str, t.Any],
+          writable: t.Callable[[str], str], folder_writable: t.Callable[[str], str]) -> tuple[list[str], list[str]]:
+    """(problems, checked): the refusals for the unit's environment (its EnvironmentFile lines,
+    from environment_variable) and unit_extra's Environment= and EnvironmentFile=s, and the
+    root-loaded variables that were set and found safe. ValueError for a line that is not
+    NAME=value (naming its number only: the line may hold a secret)."""
+    env = unit_environment(environment)
+    extra, files = extra_environment(unit_extra)
+    problems: list[str] = []
+    sources = [(env, environment_variable), (extra, "vllm_server_unit_extra's Environment")]
+    sources += [(_environment_file(path, writable, problems), f"EnvironmentFile={path}") for path in files]
+    checked: set[str] = set()
+    for variables, source in sources:
+        problems += root_command_problems(variables, writable, folder_writable, source)
+        checked.update(name for name in variables if name in ROOT_LOADED)
+    return problems, sorted(checked)

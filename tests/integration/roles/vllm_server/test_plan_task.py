@@ -37,6 +37,8 @@ def handed_read(link: Path) -> dict:
         "journal": None, "hold": None, "reboot": {"pending": False, "reason": ""},
         "health": {"status": 200, "error": "", "known": True, "tries": 1},
         "metrics": {"reachable": True, "known": True}, "gpus": [],
+        "rendered": {"unit": {"same": True, "why": ""}, "env_file": {"same": True, "why": ""}},
+        "boundary": {"problems": [], "checked": []},
     }
 
 

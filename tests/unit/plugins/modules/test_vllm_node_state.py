@@ -151,3 +151,64 @@ def test_weights_paths_are_timed_by_the_link_not_its_target(tmp_path, monkeypatc
     assert result["files"]["model"] == 4000.0
     assert result["files"]["drafter"] is None
     assert result["files"]["env_code"] is None  # nothing runs
+
+
+def _rendered(path: Path, content: bytes, mode: str) -> dict:
+    import hashlib
+    return {"name": path.name, "path": str(path), "sha256": hashlib.sha256(content).hexdigest(), "mode": mode}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root:root files need root")
+def test_rendered_files_are_compared_by_content_owner_and_mode(tmp_path, monkeypatch):
+    """What the template module's check mode told the plan before: a file differs in its bytes,
+    its owner or its mode, or is missing; the same file reads as the same."""
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path / "no-such-dir"))
+    unit, env, gone, link = tmp_path / "vllm.service", tmp_path / "vllm.env", tmp_path / "gone", tmp_path / "lnk"
+    unit.write_bytes(b"[Unit]\n")
+    unit.chmod(0o644)
+    env.write_bytes(b'VLLM_API_KEY="k"\n')
+    env.chmod(0o644)  # rendered 0600
+    link.symlink_to(unit)
+    args = dict(_args(tmp_path), rendered=[
+        _rendered(unit, b"[Unit]\n", "0644"), _rendered(env, b'VLLM_API_KEY="k"\n', "0600"),
+        _rendered(gone, b"", "0644"), _rendered(link, b"[Unit]\n", "0644")])
+    result = run_module_main(vllm_node_state, args, monkeypatch)
+    assert result["rendered"] == {"vllm.service": {"same": True, "why": ""},
+                                  "vllm.env": {"same": False, "why": "mode 0644, not 0600"},
+                                  "gone": {"same": False, "why": "missing"},
+                                  "lnk": {"same": False, "why": "not a regular file"}}
+    unit.write_bytes(b"[Unit]\nAfter=x\n")
+    os.chown(env, 4321, 0)
+    env.chmod(0o600)
+    result = run_module_main(vllm_node_state, args, monkeypatch)
+    assert result["rendered"]["vllm.service"] == {"same": False, "why": "content differs"}
+    assert result["rendered"]["vllm.env"] == {"same": False, "why": "owner 4321:0, not root:root"}
+    assert args["rendered"][1]["sha256"] not in str(result)  # a digest of secrets is not returned
+
+
+def test_a_mode_that_is_not_octal_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path / "no-such-dir"))
+    args = dict(_args(tmp_path), rendered=[_rendered(tmp_path / "u", b"", "rw-r--r--")])
+    result = run_module_main(vllm_node_state, args, monkeypatch)
+    assert result["failed"] and "rendered: u: mode 'rw-r--r--' is not octal" in result["msg"]
+
+
+def test_the_unit_environment_is_judged_like_vllm_unit_boundary(tmp_path, monkeypatch):
+    """The same refusals as gpuserve.vllm.vllm_unit_boundary, returned for the checks to fail on;
+    the environment's lines (secrets) are never in the result."""
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path / "no-such-dir"))
+    open_dir = tmp_path / "lib"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    args = dict(_args(tmp_path), unit_environment=[f'LD_LIBRARY_PATH="{open_dir}"', 'VLLM_API_KEY="s3cret"'],
+                unit_extra={"Environment": "OPENSSL_CONF=relative.cnf"})
+    result = run_module_main(vllm_node_state, args, monkeypatch)
+    problems = result["boundary"]["problems"]
+    assert [p.split(" ", 1)[0] for p in problems] == [f"LD_LIBRARY_PATH={open_dir}", "OPENSSL_CONF=relative.cnf"]
+    assert "is writable by every user" in problems[0] and "is relative" in problems[1]
+    assert "s3cret" not in str(result)
+    result = run_module_main(vllm_node_state, dict(args, unit_environment=["not a line"], unit_extra={}), monkeypatch)
+    assert result["boundary"] == {"problems": ["unit_environment line 1 is not NAME=value (the lines of the unit's EnvironmentFile)"],
+                                  "checked": []}
+    safe = run_module_main(vllm_node_state, dict(args, unit_environment=['VLLM_API_KEY="s3cret"'], unit_extra={}), monkeypatch)
+    assert safe["boundary"] == {"problems": [], "checked": []}
