@@ -5,8 +5,8 @@
 Both can only be told on the controller. Ansible runs each task in a worker forked from the
 ansible-playbook process (ansible-core 2.19, start method "fork"), so the worker's parent is
 that process: its pid, start ticks and boot id name the run, and hashing them gives every task of one
-run the same run id with no shared state. The holder found in the lock is judged against this
-controller's /proc before the module is asked to take the lock.
+run the same run id with no shared state. A holder of another run that the module finds is
+judged against this controller's /proc, and the module asked again with that judgement.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def this_run() -> dict[str, t.Any]:
 
 
 class ActionModule(ActionBase):
-    """Query the lock, judge its holder here, then take, keep or release it."""
+    """Take, keep or release the lock; judge here a holder of another run the module found."""
 
     _supports_check_mode = True
     _supports_async = False
@@ -98,18 +98,17 @@ class ActionModule(ActionBase):
             elif state == "absent":
                 reply = self._module(dict(args, holder=me), task_vars)
             else:
-                found = self._module(dict(args, state="query"), task_vars)
-                if found.get("failed"):
-                    result.update(found)
-                    return result
-                existing = found.get("holder")
-                alive = None
-                if isinstance(existing, dict):
+                # One call where the lock is free or this run's (nearly every time): the module
+                # takes a holder it was not told about for alive, so another run's lock is refused
+                # unjudged, and only then judged here and asked again (its first answer dropped).
+                reply = self._module(dict(args, state="present", holder=me), task_vars)
+                existing = reply.get("holder")
+                if (reply.get("action") == "refuse" and isinstance(existing, dict)
+                        and existing.get("run_id") not in (None, "", me["run_id"])):
                     alive = holder_alive(existing, controller=me["controller"],
                                          boot_id=me["boot_id"], proc=PROC)
-                judged = existing.get("run_id", "") if isinstance(existing, dict) else ""
-                reply = self._module(dict(args, state="present", holder=me, holder_alive=alive,
-                                          judged_run_id=judged or ""), task_vars)
+                    reply = self._module(dict(args, state="present", holder=me, holder_alive=alive,
+                                              judged_run_id=existing["run_id"]), task_vars)
             result.update(reply)
             return result
         finally:

@@ -15,10 +15,12 @@ description:
     (controller, pid and its start ticks, boot id, start time, user, command line with the
     values of C(-e) and of every password and key option replaced by C(***), run id).
   - The companion action plugin of the same name builds this run's record on the controller
-    (the run id is the same for every task of one ansible-playbook process), reads the lock
-    with O(state=query), judges on the controller whether the holder still runs, then calls
-    the module with O(state=present). Use the task, not the module's options O(holder),
-    O(holder_alive) and O(judged_run_id), which the action plugin fills in.
+    (the run id is the same for every task of one ansible-playbook process) and calls the
+    module with O(state=present), which takes a free lock or keeps this run's, and refuses
+    another run's as long as nobody judged it; the action plugin then judges on the controller
+    whether that holder still runs, and calls the module again with its judgement. Use the task,
+    not the module's options O(holder), O(holder_alive) and O(judged_run_id), which the action
+    plugin fills in.
   - With O(state=present) a missing lock is created with a hard link from a synced temporary
     file, so of two runs starting together exactly one wins; the other is refused, naming it.
     The same run asking again keeps the lock. A lock left by a run killed on this controller

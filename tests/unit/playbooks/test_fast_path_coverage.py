@@ -4,7 +4,7 @@ The fast path skips gpu_node, ml_env, vllm_install, eagle3_patches and the wheel
 the node reads as the last full run left it. That is only true if the read covers every place
 those roles write. This test parses their task files: each task that can change the node names
 its target (dest/path/creates, or the module's own target parameters), and each target's
-variable must be read by playbooks/tasks/fast_path.yml, or be listed below with where it lies
+variable must be read by the fast path (playbooks/vars/fast_path.yml), or be listed below with where it lies
 within something read. A module this test does not know fails it: say what it changes first.
 """
 
@@ -19,7 +19,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 PREPARE_ROLES = ("gpu_node", "ml_env", "vllm_install", "eagle3_patches", "wheelhouse")
-FAST_PATH = REPO / "playbooks" / "tasks" / "fast_path.yml"
+FAST_PATH = REPO / "playbooks" / "vars" / "fast_path.yml"
 
 # Built-in modules and the parameters that name a path on the node (read or written).
 BUILTIN_PATHS = {
@@ -120,12 +120,12 @@ def _tasks(node, where):
 
 def _fast_path_reads():
     text = FAST_PATH.read_text()
-    play = yaml.safe_load(text)[0]
+    fast_path = yaml.safe_load(text)
     reads = set()
-    for entry in play["vars"]["__gpuserve_converged_artefacts"]:
+    for entry in fast_path["__gpuserve_converged_artefacts"]:
         reads |= _variables(entry.get("path") or entry.get("name"))
     for optional in ("__gpuserve_converged_wheelhouse", "__gpuserve_converged_eagle3"):
-        reads |= _variables(play["vars"][optional])
+        reads |= _variables(fast_path[optional])
     return reads
 
 
@@ -173,7 +173,7 @@ def test_every_path_the_prepare_roles_name_is_read_by_the_fast_path():
         if module in SYSTEM_TARGETS and SYSTEM_TARGETS[module] not in reads:
             missing.append(f"{where}: {task.get('name')!r} ({module}) changes {SYSTEM_TARGETS[module]}, not read")
         for path in sorted(named - reads - set(COVERED_ELSEWHERE)):
-            missing.append(f"{where}: {task.get('name')!r} ({module}) names {path}, which fast_path.yml does not read")
+            missing.append(f"{where}: {task.get('name')!r} ({module}) names {path}, which the fast path does not read")
     assert not missing, "\n".join(missing)
 
 
