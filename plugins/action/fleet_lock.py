@@ -110,6 +110,8 @@ class ActionModule(ActionBase):
                     reply = self._module(dict(args, state="present", holder=me, holder_alive=alive,
                                               judged_run_id=existing["run_id"]), task_vars)
             result.update(reply)
+            if reply.get("action") == "takeover":  # the operator must see it, without -v
+                result.setdefault("warnings", []).append(str(reply.get("msg", "")))
             return result
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)

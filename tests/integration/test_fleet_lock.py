@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -152,6 +153,9 @@ def test_second_run_refused_killed_run_taken_over(runs: Runs) -> None:
         assert taken["action"] == "takeover" and taken["changed"], taken
         assert "a lock left by a run that ended without releasing it" in taken["msg"] and f"pid {run1.pid} " in taken["msg"]
         assert taken["previous"] == record and taken["holder"]["run_id"] != record["run_id"]
+        # said without -v: a warning naming the killed run
+        warned = " ".join((third.stdout + third.stderr).split())
+        assert re.search(r"\[WARNING\]: a lock left by a run that ended without releasing it .*pid " + str(run1.pid) + " ", warned), warned[-3000:]
         assert released["action"] == "release" and released["previous"]["run_id"] == taken["holder"]["run_id"]
         assert not runs.lock.exists()
         assert sorted(p.name for p in runs.lock.parent.iterdir()) == []  # no temp file either

@@ -105,7 +105,7 @@ class Runner:
         lines = trace.read_text().splitlines() if trace.exists() else []
         log = self.workdir / f"run-{self.node}-{time.monotonic_ns()}.log"
         log.write_text(proc.stdout + proc.stderr)
-        self.stdout = proc.stdout
+        self.stdout = proc.stdout + proc.stderr  # warnings (a lock taken over) go to stderr
         return proc.returncode, round(time.monotonic() - started, 1), lines
 
 
