@@ -171,6 +171,13 @@ options:
     description: More C([Service]) directives of the unit (C(vllm_server_unit_extra)); its C(Environment=) and C(EnvironmentFile=) are judged too.
     type: dict
     default: {}
+  boundary_id:
+    description:
+      - The caller's name for the environment judged (for the role, a digest of O(unit_environment) and
+        O(unit_extra)), returned as RV(boundary) - so that a later check can tell that this
+        read judged the environment it now has, not another.
+    type: str
+    default: ""
 notes:
   - Run it with become - reading another user's process and the state files needs root.
 seealso:
@@ -277,7 +284,7 @@ boundary:
   description:
     - C(problems) - one sentence for each variable of O(unit_environment) or O(unit_extra) that would
       let another user decide what root's C(ExecStartPre) commands load (empty when none); C(checked) -
-      those variables that are set and were found safe.
+      those variables that are set and were found safe; C(id) - O(boundary_id).
   returned: always
   type: dict
 gpus:
@@ -354,13 +361,13 @@ def _rendered(path: str, sha256: str, mode: str) -> dict:
     return {"same": not whys, "why": "; ".join(whys)}
 
 
-def _boundary(environment: list, unit_extra: dict) -> dict:
+def _boundary(environment: list, unit_extra: dict, judged_id: str) -> dict:
     try:
         problems, checked = _unit_boundary.judge(environment, "vllm_server_env", unit_extra,
                                                  resolved_problem, folder_problem)
     except ValueError as exc:
         problems, checked = [str(exc)], []
-    return {"problems": problems, "checked": checked}
+    return {"problems": problems, "checked": checked, "id": judged_id}
 
 
 def main() -> None:
@@ -395,6 +402,7 @@ def main() -> None:
             }},
             "unit_environment": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "unit_extra": {"type": "dict", "default": {}},
+            "boundary_id": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -445,7 +453,7 @@ def main() -> None:
         start_record=start_record, journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
         health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
         rendered={r["name"]: _rendered(r["path"], r["sha256"], r["mode"]) for r in p["rendered"]},
-        boundary=_boundary(p["unit_environment"], p["unit_extra"]),
+        boundary=_boundary(p["unit_environment"], p["unit_extra"], p["boundary_id"]),
     )
 
 

@@ -54,3 +54,18 @@ def test_the_plan_decides_from_the_read_it_is_handed(tmp_path: Path, role_tasks)
     assert HANDED.rsplit("/", 1)[1] in said and "serving" in said, said
     assert not [t for t in tasks if t["task"]["name"].startswith("Plan -- observe the node (")], \
         "the plan read the node again instead of deciding from the read it was handed"
+
+
+def test_the_checks_refuse_a_read_that_judged_another_unit_environment(tmp_path: Path, role_tasks) -> None:
+    """The unit environment is judged by the plan's read (vllm_node_state); checks run with other
+    variables than that read's (vllm_server_env changed since) must not pass on the old verdict."""
+    link = tmp_path / "ml-env"
+    read = dict(handed_read(link), boundary={"problems": [], "checked": [], "id": "judged another environment"})
+    proc, tasks = role_tasks("checks.yml", {
+        "vllm_server_env_link": str(link), "vllm_server_preflight": False,
+        "vllm_server_env": {"LD_PRELOAD": "/var/cache/vllm/libplanted.so"},
+    }, before=[{"name": "What an earlier read left", "ansible.builtin.set_fact": {
+        "vllm_server_node_state": read, "vllm_server_node_plan": {"changes": False}}}])
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    refused = next(t["hosts"]["localhost"] for t in tasks if t["task"]["name"].startswith("Checks -- refuse a unit environment"))
+    assert refused.get("failed") and "judged another unit environment" in refused["msg"], refused
