@@ -294,7 +294,6 @@ gpus:
   elements: dict
 """
 
-import hashlib
 import os
 import stat
 import time
@@ -304,6 +303,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env._pyenv import folder_problem, resolved_problem
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodestate as ns
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _startrecord as sr
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _unit_boundary
 from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu._nvidia_smi import memory_query_argv, parse_memory_csv
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._http import http_request
@@ -345,15 +345,16 @@ def _rendered(path: str, sha256: str, mode: str) -> dict:
     """Whether path is a root:root regular file with this mode and content (what differs)."""
     try:
         info = os.lstat(path)
-        if not stat.S_ISREG(info.st_mode):
-            return {"same": False, "why": "not a regular file"}
-        with open(path, "rb") as handle:
-            digest = hashlib.sha256(handle.read()).hexdigest()
     except FileNotFoundError:
         return {"same": False, "why": "missing"}
     except OSError as exc:
-        return {"same": False, "why": f"unreadable ({exc.strerror})"}
-    whys = ["content differs"] if digest != sha256.lower() else []
+        return {"same": False, "why": f"unreadable: {exc.strerror}"}
+    if not stat.S_ISREG(info.st_mode):
+        return {"same": False, "why": "not a regular file"}
+    digest = sr.file_digest(path)  # the start record's digest of the same files
+    if not digest.startswith("sha256:"):
+        return {"same": False, "why": "missing" if digest == "absent" else digest}
+    whys = ["content differs"] if digest != "sha256:" + sha256.lower() else []
     if (info.st_uid, info.st_gid) != (0, 0):
         whys.append(f"owner {info.st_uid}:{info.st_gid}, not root:root")
     if stat.S_IMODE(info.st_mode) != int(mode, 8):
