@@ -13,7 +13,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _unit_hardening
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _unit_boundary, _unit_hardening
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._net import bare_host, is_loopback
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._ranges import range_problems
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._server import (
@@ -68,6 +68,12 @@ def systemd_unit_properties(base: t.Sequence[t.Mapping[str, t.Any]], extra: t.Ma
         raise AnsibleFilterError(f"systemd_unit_properties: {exc}") from exc
 
 
+def vllm_unit_boundary_id(environment: t.Sequence[str], unit_extra: t.Mapping[str, t.Any] | None = None) -> str:
+    """env_lines | vllm_unit_boundary_id(unit_extra) -> the id a read's boundary.id has when it
+    judged this environment (only the loader variables and unit_extra go in, never a secret)."""
+    return _unit_boundary.judged_id(environment, unit_extra or {})
+
+
 class FilterModule:
     """gpuserve.vllm filters for rendering vLLM's systemd unit."""
 
@@ -82,4 +88,5 @@ class FilterModule:
             "vllm_server_range_problems": range_problems,
             "systemd_unit_directives": systemd_unit_directives,
             "systemd_unit_properties": systemd_unit_properties,
+            "vllm_unit_boundary_id": vllm_unit_boundary_id,
         }

@@ -171,13 +171,6 @@ options:
     description: More C([Service]) directives of the unit (C(vllm_server_unit_extra)); its C(Environment=) and C(EnvironmentFile=) are judged too.
     type: dict
     default: {}
-  boundary_id:
-    description:
-      - The caller's name for the environment judged (for the role, a digest of O(unit_environment) and
-        O(unit_extra)), returned as RV(boundary) - so that a later check can tell that this
-        read judged the environment it now has, not another.
-    type: str
-    default: ""
 notes:
   - Run it with become - reading another user's process and the state files needs root.
 seealso:
@@ -284,7 +277,10 @@ boundary:
   description:
     - C(problems) - one sentence for each variable of O(unit_environment) or O(unit_extra) that would
       let another user decide what root's C(ExecStartPre) commands load (empty when none); C(checked) -
-      those variables that are set and were found safe; C(id) - O(boundary_id).
+      those variables that are set and were found safe; C(id) - a digest of what was judged (the
+      loader variables O(unit_environment) sets, and O(unit_extra); never its other lines), so that a
+      later check can tell that this read judged the environment it now has (the C(gpuserve.vllm.vllm_unit_boundary_id)
+      filter names that one).
   returned: always
   type: dict
 gpus:
@@ -362,13 +358,13 @@ def _rendered(path: str, sha256: str, mode: str) -> dict:
     return {"same": not whys, "why": "; ".join(whys)}
 
 
-def _boundary(environment: list, unit_extra: dict, judged_id: str) -> dict:
+def _boundary(environment: list, unit_extra: dict) -> dict:
     try:
         problems, checked = _unit_boundary.judge(environment, "vllm_server_env", unit_extra,
                                                  resolved_problem, folder_problem)
     except ValueError as exc:
         problems, checked = [str(exc)], []
-    return {"problems": problems, "checked": checked, "id": judged_id}
+    return {"problems": problems, "checked": checked, "id": _unit_boundary.judged_id(environment, unit_extra)}
 
 
 def main() -> None:
@@ -403,7 +399,6 @@ def main() -> None:
             }},
             "unit_environment": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "unit_extra": {"type": "dict", "default": {}},
-            "boundary_id": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -454,7 +449,7 @@ def main() -> None:
         start_record=start_record, journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
         health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
         rendered={r["name"]: _rendered(r["path"], r["sha256"], r["mode"]) for r in p["rendered"]},
-        boundary=_boundary(p["unit_environment"], p["unit_extra"], p["boundary_id"]),
+        boundary=_boundary(p["unit_environment"], p["unit_extra"]),
     )
 
 

@@ -16,6 +16,8 @@ read of the node) both judge with it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shlex
@@ -143,3 +145,16 @@ def judge(environment: t.Sequence[str], environment_variable: str, unit_extra: t
         problems += root_command_problems(variables, writable, folder_writable, source)
         checked.update(name for name in variables if name in ROOT_LOADED)
     return problems, sorted(checked)
+
+
+def judged_id(environment: t.Sequence[str], unit_extra: t.Mapping[str, t.Any]) -> str:
+    """A name for what judge() decides from: the root-loaded variables the lines set, and
+    unit_extra. The controller names the run's environment with it and the read returns it, so
+    the checks can tell a read that judged another environment. Only what is judged goes in:
+    the other lines (the API key, tokens) never reach the digest, shown as it is at -v."""
+    try:
+        judged: t.Any = {name: value for name, value in unit_environment(environment).items() if name in ROOT_LOADED}
+    except ValueError:
+        judged = None  # judge() refuses such lines; the id only has to be the same on both sides
+    text = json.dumps([judged, dict(unit_extra)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

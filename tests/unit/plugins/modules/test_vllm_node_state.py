@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _unit_boundary
 from ansible_collections.gpuserve.vllm.plugins.modules import vllm_node_state
 
 from module_runner import run_module_main
@@ -209,6 +210,6 @@ def test_the_unit_environment_is_judged_like_vllm_unit_boundary(tmp_path, monkey
     assert "s3cret" not in str(result)
     result = run_module_main(vllm_node_state, dict(args, unit_environment=["not a line"], unit_extra={}), monkeypatch)
     assert result["boundary"] == {"problems": ["unit_environment line 1 is not NAME=value (the lines of the unit's EnvironmentFile)"],
-                                  "checked": [], "id": ""}
+                                  "checked": [], "id": _unit_boundary.judged_id(["not a line"], {})}
     safe = run_module_main(vllm_node_state, dict(args, unit_environment=['VLLM_API_KEY="s3cret"'], unit_extra={}), monkeypatch)
-    assert safe["boundary"] == {"problems": [], "checked": [], "id": ""}
+    assert safe["boundary"] == {"problems": [], "checked": [], "id": _unit_boundary.judged_id([], {})}

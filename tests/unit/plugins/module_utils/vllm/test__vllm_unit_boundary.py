@@ -89,3 +89,24 @@ def test_every_refusal_is_listed_in_name_order() -> None:
 ])
 def test_extra_environment(extra: dict, env: dict, files: list) -> None:
     assert ub.extra_environment(extra) == (env, files)
+
+
+@pytest.mark.parametrize("name", sorted(ub.ROOT_LOADED))
+def test_the_judged_id_follows_every_judged_variable_and_nothing_else(name: str) -> None:
+    """A read judged the run's environment when the ids match: any change of a variable the
+    judgement reads (each root-loaded name, unit_extra) changes the id; a line it does not read
+    (the API key, a token, a cache) does not, so that line's secret never reaches the digest."""
+    base = ['HF_TOKEN="hf_secret"', 'VLLM_API_KEY="k1"', f'{name}="/usr/lib/a"']
+    judged = ub.judged_id(base, {})
+    assert ub.judged_id(['HF_TOKEN="other"', 'VLLM_API_KEY="k2"', f'{name}="/usr/lib/a"', 'X="1"'], {}) == judged
+    assert ub.judged_id(['HF_TOKEN="hf_secret"', 'VLLM_API_KEY="k1"', f'{name}="/usr/lib/b"'], {}) != judged
+    assert ub.judged_id(base[:2], {}) != judged
+    assert ub.judged_id(base, {"Environment": f"{name}=/usr/lib/a"}) != judged
+    assert ub.judged_id(base, {"EnvironmentFile": "-/etc/vllm/extra.env"}) != judged
+
+
+def test_the_judged_id_of_lines_judge_refuses_is_stable_and_names_no_line() -> None:
+    """judge() refuses a line that is not NAME=value (naming only its number); the id of such
+    lines is one value, the same on the controller and in the read, and never raises."""
+    assert ub.judged_id(["not a line", 'VLLM_API_KEY="k1"'], {}) == ub.judged_id(["also not one"], {})
+    assert ub.judged_id(["not a line"], {}) != ub.judged_id([], {})
