@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _unit_boundary as ub
 
@@ -110,3 +112,27 @@ def test_the_judged_id_of_lines_judge_refuses_is_stable_and_names_no_line() -> N
     lines is one value, the same on the controller and in the read, and never raises."""
     assert ub.judged_id(["not a line", 'VLLM_API_KEY="k1"'], {}) == ub.judged_id(["also not one"], {})
     assert ub.judged_id(["not a line"], {}) != ub.judged_id([], {})
+
+
+_NAMES = st.sampled_from(sorted(ub.ROOT_LOADED) + ["VLLM_API_KEY", "HF_TOKEN", "PYTHONPATH", "NCCL_DEBUG"])
+_VALUES = st.sampled_from(["/usr/lib/a.so", "/var/cache/vllm/x.so", "/opt/libs", "rel.so", "", "/usr/lib:/srv/svc"])
+_ENVS = st.dictionaries(_NAMES, _VALUES, max_size=5)
+_EXTRAS = st.sampled_from([{}, {"Environment": "LD_PRELOAD=/srv/svc/p.so"}, {"EnvironmentFile": "-/srv/svc/extra.env"},
+                           {"Environment": "NCCL_DEBUG=INFO"}])
+
+
+def _lines(env: dict[str, str]) -> list[str]:
+    return [f'{name}="{value}"' for name, value in sorted(env.items())]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(_ENVS, _ENVS, _EXTRAS, _EXTRAS)
+def test_one_judged_id_means_one_verdict(env_a: dict, env_b: dict, extra_a: dict, extra_b: dict) -> None:
+    """The checks trust a read's verdict when its id is the run's: two environments with one id
+    must get the same verdict, whatever else (secrets included) differs between them."""
+    def verdict(env: dict, extra: dict) -> tuple[list[str], list[str]]:
+        return ub.judge(_lines(env), "vllm_server_env", extra, _writable, _folder_writable)
+    if ub.judged_id(_lines(env_a), extra_a) == ub.judged_id(_lines(env_b), extra_b):
+        assert verdict(env_a, extra_a) == verdict(env_b, extra_b)
+    judged_only = {k: v for k, v in env_a.items() if k in ub.ROOT_LOADED}
+    assert ub.judged_id(_lines(judged_only), extra_a) == ub.judged_id(_lines(env_a), extra_a)
