@@ -12,7 +12,9 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._eagle3 import _report as er
+from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
+
+er = Engine("_eagle3._report")
 
 
 def eagle3_patch_files(patchset: t.Sequence[t.Mapping[str, t.Any]], facts: t.Mapping[str, t.Any],

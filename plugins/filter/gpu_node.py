@@ -14,10 +14,12 @@ import typing as t
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils import _apt
-from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _acceptance_key as acckey
-from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _driver_plan
-from ansible_collections.gpuserve.vllm.plugins.module_utils._gpu import _nccl_tests_plan
+from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
+
+_apt = Engine("_apt")
+acckey = Engine("_gpu._acceptance_key")
+_driver_plan = Engine("_gpu._driver_plan")
+_nccl_tests_plan = Engine("_gpu._nccl_tests_plan")
 
 
 def gpu_node_acceptance_plan(observed: t.Any, force: t.Any = False) -> dict[str, t.Any]:

@@ -8,7 +8,9 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _store
+from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
+
+_store = Engine("_env._store")
 
 
 def ml_env_name(content: t.Mapping[str, t.Any]) -> str:

@@ -11,9 +11,11 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._monitor import _rules as mr
-from ansible_collections.gpuserve.vllm.plugins.module_utils._monitor import _status as ms
-from ansible_collections.gpuserve.vllm.plugins.module_utils._monitor import _targets as mt
+from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
+
+mr = Engine("_monitor._rules")
+ms = Engine("_monitor._status")
+mt = Engine("_monitor._targets")
 
 
 def monitoring_scrape_configs(nodes: t.Sequence[t.Mapping[str, t.Any]], routers: t.Sequence[t.Mapping[str, t.Any]] | None = None,

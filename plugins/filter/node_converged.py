@@ -11,7 +11,9 @@ import typing as t
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._node import _inputs
+from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
+
+_inputs = Engine("_node._inputs")
 
 # plugins/filter/node_converged.py -> the collection's root
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))

@@ -12,7 +12,9 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _canary as vc
+from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
+
+vc = Engine("_vllm._canary")
 
 
 def vllm_canary_plan(argv: t.Sequence[str], target: str, port: t.Any, layers: t.Any,

@@ -13,11 +13,13 @@ import typing as t
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _fleet as vf
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeview as vv
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodereport as vn
-from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _router_restart as vr
+from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
+
+vf = Engine("_vllm._fleet")
+vp = Engine("_vllm._nodeplan")
+vv = Engine("_vllm._nodeview")
+vn = Engine("_vllm._nodereport")
+vr = Engine("_vllm._router_restart")
 
 
 def vllm_node_plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:

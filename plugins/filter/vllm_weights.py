@@ -11,7 +11,9 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._weights import _plan as wf
+from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
+
+wf = Engine("_weights._plan")
 
 
 def vllm_weights_checkpoints(items: t.Any) -> list[dict[str, t.Any]]:

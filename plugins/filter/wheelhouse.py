@@ -8,7 +8,9 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _wheelhouse as wh
+from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
+
+wh = Engine("_env._wheelhouse")
 
 
 def wheelhouse_push_plan(manifest: t.Mapping[str, t.Any], host_sums: t.Mapping[str, str],
