@@ -34,6 +34,17 @@ _gpuserve_venv() {
     "$venv/bin/python" -m pip install -q -r "$GPUSERVE_REPO/requirements-dev.txt" || return 1
     echo "$stamp" >"$venv/.requirements.sha256"
   fi
+  # TEST ENVIRONMENT ONLY: the controller's own modules (localhost tasks, molecule's podman
+  # driver) keep the bytecode of their payload zips' files, as the test images' do
+  # (tests/containers/zipimport_cache.py says why).
+  local site
+  for site in "$venv"/lib/python3*/site-packages; do
+    cmp -s "$GPUSERVE_REPO/tests/containers/zipimport_cache.py" "$site/gpuserve_test_zipimport_cache.py" ||
+      cp "$GPUSERVE_REPO/tests/containers/zipimport_cache.py" "$site/gpuserve_test_zipimport_cache.py" || return 1
+    [ -f "$site/gpuserve-test-zipimport-cache.pth" ] ||
+      echo "import gpuserve_test_zipimport_cache" >"$site/gpuserve-test-zipimport-cache.pth" || return 1
+  done
+  export GPUSERVE_TEST_ZIPIMPORT_CACHE="$GPUSERVE_CACHE/zipimport"
   export VIRTUAL_ENV="$venv"
   case ":$PATH:" in *":$venv/bin:"*) ;; *) export PATH="$venv/bin:$PATH" ;; esac
 }

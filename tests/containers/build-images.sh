@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the local test images (no registry is reachable here), once; later runs reuse them.
-#   localhost/gpuserve-debian12:latest          Debian 12 minbase + python3, python3-apt, sudo, venv
+#   localhost/gpuserve-debian12:latest          Debian 12 minbase + python3, python3-apt, sudo, venv,
+#       and zipimport_cache.py (root's Ansible modules compile their payload's files once)
 #   localhost/gpuserve-debian12-systemd:latest  the same with systemd as PID 1
 #   localhost/gpuserve-debian12-sshd:latest     the same with sshd: every molecule scenario's
 #       containers, which Ansible reaches over SSH with pipelining (one round trip per task; the
@@ -20,7 +21,8 @@ sshd_image=localhost/gpuserve-debian12-sshd:latest
 rebuild="${GPUSERVE_REBUILD_IMAGES:-0}"
 host_cas=(/usr/local/share/ca-certificates/*.crt)
 [ -e "${host_cas[0]}" ] || host_cas=()
-recipe="$(cat "${BASH_SOURCE[0]}" "${host_cas[@]}" | sha256sum | cut -c1-16)"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+recipe="$(cat "${BASH_SOURCE[0]}" "$here/zipimport_cache.py" "${host_cas[@]}" | sha256sum | cut -c1-16)"
 label="LABEL io.gpuserve.recipe=$recipe"
 
 have() {
@@ -48,6 +50,10 @@ build_base() {
     chroot "$root" update-ca-certificates >/dev/null
   fi
   chroot "$root" apt-get clean
+  # TEST IMAGES ONLY: root's Ansible modules keep the bytecode of their payload zips' files
+  # (zipimport_cache.py says why); Python runs the .pth line at every start.
+  install -m 0644 "$here/zipimport_cache.py" "$root/usr/lib/python3/dist-packages/gpuserve_test_zipimport_cache.py"
+  echo "import gpuserve_test_zipimport_cache" >"$root/usr/lib/python3/dist-packages/gpuserve-test-zipimport-cache.pth"
   # Emptied lists, as images ship them (the roles refresh lists that offer nothing: gpuserve.vllm.apt_lists).
   rm -rf "$root"/var/lib/apt/lists/*
   tar -C "$root" -c . | podman import --change "$label" - "$base" >/dev/null
