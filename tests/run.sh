@@ -17,35 +17,36 @@ all_steps=(lint sanity unit integration build molecule rehearsal firstcontact vl
 steps=("$@")
 [ "${#steps[@]}" -eq 0 ] && steps=("${all_steps[@]}")
 
-# The day's half (docs/development.md, "Two cores: a day's half"). On the CI machines of late 2026
-# the whole suite takes about 95 minutes (CI stops at 90): every run takes every step, the fleet
-# scenario and the lint, sanity, unit and integration tiers whole, and half of the role scenarios
-# and of the vllm_full files, those of the day's half (the UTC day's number, even or odd), so that
-# two successive days run all of them. GPUSERVE_TEST_HALF=all runs both halves; 0 or 1 one of
-# them; GPUSERVE_TEST_DAY sets the day. A scenario or file named in neither half runs every day.
+# The day's third (docs/development.md, "Two cores: the day's third"). On the CI machines of late
+# 2026 the whole suite takes 95 minutes or more (CI stops at 90): every run takes every step, the
+# fleet scenario and the lint, sanity and unit tiers whole, and a third of the role scenarios and
+# of the longest integration and vllm_full files, those of the day's third (the UTC day's number
+# modulo 3), so that three successive days run all of them. GPUSERVE_TEST_PART=all runs all
+# three; 0, 1 or 2 one of them; GPUSERVE_TEST_DAY sets the day. A scenario or file named in no
+# part runs every day.
 test_day="${GPUSERVE_TEST_DAY:-$(($(date -u +%s) / 86400))}"
-test_half="${GPUSERVE_TEST_HALF:-$((test_day % 2))}"
-declare -A half_of=(
+test_part="${GPUSERVE_TEST_PART:-$((test_day % 3))}"
+declare -A part_of=(
   # molecule scenarios (the fleet runs every role end to end every day)
-  [gpu_node]=0 [ml_env]=0 [eagle3_patches]=0 [vllm_server]=1 [vllm_install]=1
+  [vllm_server]=0 [gpu_node]=1 [ml_env]=2 [vllm_install]=2 [eagle3_patches]=2
   # tests/integration's longest files
-  [test_python_patch.py]=0 [test_vllm_weights_fleet.py]=0
-  [test_eagle3_patches_role.py]=1 [test_router_wheelhouse.py]=1 [test_python_patch_crash.py]=1
+  [test_vllm_weights_fleet.py]=0 [test_python_patch_crash.py]=0
+  [test_router_wheelhouse.py]=1 [test_python_patch.py]=1 [test_eagle3_patches_role.py]=2
   # tests/vllm_full
-  [test_preflight.py]=0 [test_weights_real.py]=0 [test_preflight_no_deps.py]=0
-  [test_canary_real.py]=1 [test_eagle3_real.py]=1 [test_kimi_k2_variant.py]=1
-  [test_preflight_boundary.py]=1 [test_preflight_cache.py]=1
+  [test_preflight_boundary.py]=0 [test_preflight_cache.py]=0
+  [test_preflight.py]=1 [test_preflight_no_deps.py]=1
+  [test_canary_real.py]=2 [test_eagle3_real.py]=2 [test_kimi_k2_variant.py]=2 [test_weights_real.py]=2
 )
-in_half() { [ "$test_half" = all ] || [ -z "${half_of[$1]:-}" ] || [ "${half_of[$1]}" = "$test_half" ]; }
-# pytest's --ignore for the test files under <dir> of the other half.
-other_half_ignores() { # other_half_ignores <dir>
+in_part() { [ "$test_part" = all ] || [ -z "${part_of[$1]:-}" ] || [ "${part_of[$1]}" = "$test_part" ]; }
+# pytest's --ignore for the test files under <dir> of the other parts.
+other_part_ignores() { # other_part_ignores <dir>
   local file
-  while IFS= read -r file; do in_half "${file##*/}" || echo "--ignore=$file"; done < <(find "$1" -name 'test_*.py' | sort)
+  while IFS= read -r file; do in_part "${file##*/}" || echo "--ignore=$file"; done < <(find "$1" -name 'test_*.py' | sort)
 }
-case "$test_half" in
-  0 | 1) echo "gpuserve: day $test_day, half $test_half: $(for name in "${!half_of[@]}"; do in_half "$name" || echo "$name"; done | sort | paste -sd' ') run on the next day (GPUSERVE_TEST_HALF=all runs them too)" ;;
+case "$test_part" in
+  0 | 1 | 2) echo "gpuserve: day $test_day, part $test_part of 3: $(for name in "${!part_of[@]}"; do in_part "$name" || echo "$name"; done | sort | paste -sd' ') run on the next two days (GPUSERVE_TEST_PART=all runs them too)" ;;
   all) ;;
-  *) echo "FATAL: GPUSERVE_TEST_HALF is '$test_half': 0, 1 or all"; echo "gpuserve: 0 passed, 1 failed"; exit 1 ;;
+  *) echo "FATAL: GPUSERVE_TEST_PART is '$test_part': 0, 1, 2 or all"; echo "gpuserve: 0 passed, 1 failed"; exit 1 ;;
 esac
 
 passed=0
@@ -105,7 +106,7 @@ PY
 step_unit() { pytest_step unit tests/unit; }
 step_integration() {
   local ignores
-  mapfile -t ignores < <(other_half_ignores tests/integration)
+  mapfile -t ignores < <(other_part_ignores tests/integration)
   bash tests/containers/build-images.sh && pytest_step integration tests/integration "${ignores[@]}"
 }
 
@@ -128,12 +129,12 @@ step_build() {
 }
 
 # GPUSERVE_MOLECULE_SCENARIOS="a b" runs only those (a developer's shortcut); otherwise every
-# scenario of the day's half.
+# scenario of the day's third.
 molecule_scenarios() {
   if [ -n "${GPUSERVE_MOLECULE_SCENARIOS:-}" ]; then echo "$GPUSERVE_MOLECULE_SCENARIOS"; return; fi
   local scenario
   for scenario in $(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml | cut -d/ -f2 | sort); do
-    in_half "$scenario" && echo "$scenario"
+    in_part "$scenario" && echo "$scenario"
   done
 }
 
@@ -289,7 +290,7 @@ step_vllm_full() {
   # Two workers, a test file each at a time: most of this tier is one interpreter importing vLLM and
   # torch.
   local ignores
-  mapfile -t ignores < <(other_half_ignores tests/vllm_full)
+  mapfile -t ignores < <(other_part_ignores tests/vllm_full)
   pytest_step vllm_full tests/vllm_full -rs -n 2 --dist loadfile "${ignores[@]}"
   rc=$?
   [ "$envs_rc" -ne 0 ] && rc=1
@@ -297,11 +298,11 @@ step_vllm_full() {
   return $rc
 }
 
-# A second lane: the fleet scenario spends much of its time waiting (drains of 20 s streams,
-# health waits, the router), so on 2 cores it runs beside the other steps, from the first one on
-# (the lane builds the test images first; steps that need them wait for that build), instead of
-# after them. It is the longest step (about 70 minutes on CI's cores): the lane runs nothing
-# else. GPUSERVE_SERIAL=1: one lane.
+# A second lane: the fleet scenario runs beside the other steps, from the first one on (the lane
+# builds the test images first; steps that need them wait for that build), instead of after them.
+# It is the longest step (70 to 90 minutes on CI's cores) and both cores stay busy throughout, so
+# the lane runs nothing else and the other steps run at a lower priority (nice 5) than the fleet:
+# they take the CPU it leaves. GPUSERVE_SERIAL=1: one lane.
 lane_scenario=""
 lane_pid=""
 if [ "${GPUSERVE_SERIAL:-0}" != 1 ] && [[ " ${steps[*]} " == *" molecule "* ]] &&
@@ -322,6 +323,7 @@ start_lane() {
     echo "lane: molecule:$lane_scenario $((SECONDS - start)) s"
   ) >"$out/lane.log" 2>&1 &
   lane_pid=$!
+  renice -n 5 -p $$ >/dev/null
 }
 finish_lane() {
   [ -n "$lane_pid" ] || return 0
