@@ -18,10 +18,12 @@ envs A and B (real paths in the node's env store):
   leave the hold. Between cycles the hold is removed by hand, which is the state a node is in
   after an ordinary upgrade to the env it now serves.
 
---sample N kills at N boundaries per plan, spread evenly over them and rotated by --seed (the
-chapter's defaults: GPUSERVE_FLEET_KILL_SAMPLE=2, GPUSERVE_FLEET_KILL_SEED = the day's number, so
-that successive days' runs cover every boundary, and a failure is replayed with the seed it
-printed); 0 kills at every one.
+--sample N kills at N boundaries per plan, spread evenly over them and rotated by --seed; 0 kills
+at every one. --plans upgrade, rollback or both (the default). The chapter's defaults:
+GPUSERVE_FLEET_KILL_SAMPLE=2, GPUSERVE_FLEET_KILL_PLANS = upgrade on even days and rollback on odd
+ones (CI's time: both take about 10 minutes on its cores), GPUSERVE_FLEET_KILL_SEED = half the
+day's number, so that successive days' runs cover every boundary of both plans; a failure is
+replayed with the plan and seed it printed.
 
 Every run is `site.yml --tags vllm_server --limit NODE` as an operator re-runs a killed play;
 the target env is handed in an inventory file, as the prepare play hands its build dir. The
@@ -150,24 +152,27 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
     state = node_state(node)
     current = state["link"]
     other = env_b if current == env_a else env_a
-    rc, _secs, trace = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"])
-    boundaries = sum(1 for line in trace if line.startswith("changed"))
-    with lock:
-        results.append({"node": node, "plan": "upgrade", "boundary": 0, "reference_rc": rc,
-                        "changes": boundaries})
-    current, other = other, current
-    for k in chosen(boundaries, args.sample, index, count, args.seed):
-        rc_kill, _s, trace = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"], kill_at=k)
-        killed = next((line.split("\t", 1)[1] for line in trace if line.startswith("killed")), "")
-        rc, secs, _t = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"])
-        record("upgrade", k, killed, rc_kill, rc, secs, other, current, node_state(node), took_over(runner))
+    if "upgrade" in args.plans:
+        rc, _secs, trace = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"])
+        boundaries = sum(1 for line in trace if line.startswith("changed"))
+        with lock:
+            results.append({"node": node, "plan": "upgrade", "boundary": 0, "reference_rc": rc,
+                            "changes": boundaries})
         current, other = other, current
+        for k in chosen(boundaries, args.sample, index, count, args.seed):
+            rc_kill, _s, trace = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"], kill_at=k)
+            killed = next((line.split("\t", 1)[1] for line in trace if line.startswith("killed")), "")
+            rc, secs, _t = runner.run(other, ["--extra-vars", "vllm_server_rollforward=true"])
+            record("upgrade", k, killed, rc_kill, rc, secs, other, current, node_state(node), took_over(runner))
+            current, other = other, current
 
     # Rollbacks: the node serves `current`, `.previous` names `other`; no hold.
     def rollback(serving: str) -> list[str]:
         scope = {"vllm_server_rollback_from": [os.path.basename(serving)]}
         return ["--extra-vars", "vllm_server_rollback=true", "--extra-vars", json.dumps(scope)]
 
+    if "rollback" not in args.plans:
+        return
     podman(node, "rm -f /var/lib/gpuserve/vllm_server.rollback.json")
     rc, _secs, trace = runner.run(None, rollback(current))
     boundaries = sum(1 for line in trace if line.startswith("changed"))
@@ -199,7 +204,12 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=0,
                         help="kill at this many boundaries per plan, spread evenly (0: every one)")
     parser.add_argument("--seed", type=int, default=0, help="rotate the sampled boundaries by this many")
+    parser.add_argument("--plans", default="upgrade,rollback",
+                        help="which plans' steps to kill at: upgrade, rollback or both (comma-separated)")
     args = parser.parse_args()
+    args.plans = args.plans.split(",")
+    if not args.plans or set(args.plans) - {"upgrade", "rollback"}:
+        parser.error(f"--plans: upgrade, rollback or both, not {','.join(args.plans)!r}")
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="gpuserve-kill-")
     results: list[dict] = []
     lock = threading.Lock()
@@ -225,7 +235,8 @@ def main() -> int:
               f"{'converged' if r['converged'] else 'NOT CONVERGED ' + r['why'] + ' ' + json.dumps(r['state'])}")
     for r in idle:
         print(f"{r['plan']:8} reference on {r['node']}: rc {r['reference_rc']}, no change: nothing to kill")
-    print(f"{len(cycles_run)} kill cycles in {summary['seconds']} s (--sample {args.sample} --seed {args.seed}), "
+    print(f"{len(cycles_run)} kill cycles in {summary['seconds']} s (--sample {args.sample} --seed {args.seed} "
+          f"--plans {','.join(args.plans)}), "
           f"{len(summary['failed'])} did not converge{' or had nothing to kill' if idle else ''}")
     return 1 if summary["failed"] or not cycles_run else 0
 
