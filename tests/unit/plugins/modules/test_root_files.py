@@ -55,7 +55,7 @@ def test_made_and_written_once_then_nothing_changes(root, monkeypatch):
     second = run(wanted(root), monkeypatch)
     assert not second["changed"] and second["changed_paths"] == [] and "5 folders and files as wanted" in second["msg"]
     assert snapshot(root) == before
-    assert not [p for p in root.rglob("*.tmp")]
+    assert not list(root.rglob("*.tmp"))
 
 
 @pytest.mark.parametrize("spoil, expected", [
