@@ -125,13 +125,13 @@ msg:
 
 import json
 import os
-import tempfile
 import time
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _atomic
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._lock import (
     RECORD_FIELDS, LockError, decide, holder_text, parse_record)
 
@@ -151,25 +151,8 @@ def publish(path: str, record: dict, *, replace: bool) -> None:
     if not os.path.isdir(directory):
         os.makedirs(directory, mode=0o755, exist_ok=True)
         os.chmod(directory, 0o755)
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), 0o644)
-            handle.write(json.dumps(record, indent=1, sort_keys=True) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        if replace:
-            os.replace(temp, path)
-        else:
-            os.link(temp, path)  # FileExistsError: another run created the lock meanwhile
-    finally:
-        if os.path.lexists(temp):
-            os.unlink(temp)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode("utf-8")
+    _atomic.publish(_atomic.write_temp(path, data, mode=0o644), path, replace=replace)
 
 
 def present(p: dict, me: dict, check: bool) -> dict:

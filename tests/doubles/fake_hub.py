@@ -122,8 +122,9 @@ class FakeHub:
         req.end_headers()
         limit = self.cut_after.pop(path, None)
         sent = body if limit is None else body[:limit]
-        req.wfile.write(sent)
+        # Counted before the write: a client that has read every byte may look at once.
         self.served[path] = self.served.get(path, 0) + len(sent)
+        req.wfile.write(sent)
         if limit is not None:
             req.wfile.flush()
             req.close_connection = True

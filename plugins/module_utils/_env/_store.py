@@ -19,6 +19,8 @@ import re
 import shutil
 import typing as t
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._atomic import fsync_dir
+
 RECORD = "gpuserve-env.json"
 PREVIOUS_SUFFIX = ".previous"
 REMOVING_SUFFIX = ".removing"
@@ -158,14 +160,6 @@ def plan_switch(link: LinkState, previous: LinkState, target: str, store_dir: st
     else:
         steps.append(link_step)
     return SwitchPlan(tuple(steps), os.path.realpath(target), old or previous.target, old, adopted)
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def temp_link(path: str) -> str:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 import typing as t
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _atomic
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env._pyenv import path_problem
 
 DIFF_LIMIT = 64 * 1024  # larger files show in a diff as their size only
@@ -146,28 +146,6 @@ def diff_of(wanted: File) -> t.Dict[str, str]:
             "before": _text(before), "after": _text(wanted.content)}
 
 
-def _write(wanted: File) -> None:
-    directory = os.path.dirname(wanted.path)
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(wanted.path), suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(wanted.content)
-            handle.flush()
-            os.fchown(handle.fileno(), 0, 0)
-            os.fchmod(handle.fileno(), wanted.mode)
-            os.fsync(handle.fileno())
-        os.replace(tmp, wanted.path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def _make_folder(folder: Folder) -> None:
     with contextlib.suppress(FileExistsError):
         os.mkdir(folder.path, folder.mode)
@@ -223,5 +201,5 @@ def converge(folders: t.Sequence[Folder], files: t.Sequence[File], check: bool,
             if want_diff:
                 diff.append(diff_of(wanted))
             if not check:
-                _write(wanted)
+                _atomic.write(wanted.path, wanted.content, mode=wanted.mode, owner=(0, 0))
     return Outcome(changes, diff)

@@ -35,10 +35,11 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 import time
 import typing as t
 
+from .. import _atomic
+from .._atomic import remove_quietly
 from .._env import _pyenv
 
 RECORD_FORMAT = 1
@@ -189,62 +190,31 @@ def read_bytes(path: str) -> bytes:
         return handle.read()
 
 
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_temp(target: str, data: bytes, *, like: os.stat_result | None = None,
                directory: str | None = None, warnings: t.List[str] | None = None) -> str:
     """Write data to a new temp file (fsynced) and return its path.
 
-    By default the temp file sits next to target so a later os.replace is atomic. Mode and
+    By default the temp file sits next to target so a later replace is atomic. Mode and
     owner are copied from ``like`` (the stat of the file being replaced) so the rename keeps
     them; when the owner cannot be kept (not root), a sentence saying so goes to ``warnings``.
     ``directory`` overrides the location (check mode uses a private tempdir).
     """
-    folder = directory if directory is not None else (os.path.dirname(target) or ".")
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(target), suffix=".tmp",
-                               dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            if like is not None:
-                os.fchmod(handle.fileno(), stat.S_IMODE(like.st_mode))
-                if (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
-                    try:
-                        os.fchown(handle.fileno(), like.st_uid, like.st_gid)
-                    except PermissionError:
-                        # Not root: keep what we can (the group, when we belong to it).
-                        with contextlib.suppress(PermissionError):
-                            os.fchown(handle.fileno(), -1, like.st_gid)
-                        now = os.fstat(handle.fileno())
-                        if warnings is not None:
-                            warnings.append(
-                                "%s: its owner %d:%d could not be kept (running as uid %d); it "
-                                "is now owned by %d:%d" % (target, like.st_uid, like.st_gid,
-                                                           os.geteuid(), now.st_uid, now.st_gid))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    if like is None:
+        return _atomic.write_temp(target, data, directory=directory)
+    owner = (like.st_uid, like.st_gid)
+    tmp = _atomic.write_temp(target, data, mode=stat.S_IMODE(like.st_mode), owner=owner,
+                             owner_required=False, directory=directory)
+    now = os.stat(tmp)
+    if (now.st_uid, now.st_gid) != owner and warnings is not None:
+        warnings.append("%s: its owner %d:%d could not be kept (running as uid %d); it is now "
+                        "owned by %d:%d" % (target, like.st_uid, like.st_gid, os.geteuid(),
+                                            now.st_uid, now.st_gid))
     return tmp
 
 
 def replace(tmp: str, target: str) -> None:
     """Atomically move tmp over target and make the rename durable."""
-    os.replace(tmp, target)
-    _fsync_dir(os.path.dirname(target) or ".")
+    _atomic.publish(tmp, target)
 
 
 def atomic_write(target: str, data: bytes, *, like: os.stat_result | None = None,
@@ -274,13 +244,6 @@ def stray_temps(path: str) -> t.List[str]:
         return []
     return sorted(os.path.join(folder, e) for e in entries
                   if e.startswith(prefix) and _TEMP_TAIL.match(e[len(prefix):]))
-
-
-def remove_quietly(path: str | None) -> None:
-    """Unlink path if it exists (cleanup paths must not mask the real error)."""
-    if path:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
 
 
 def stale_bytecode(path: str) -> t.List[str]:

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import typing as t
 
+from .. import _atomic
 from . import _files as pf
 
 JOURNAL_SUBDIR = "journal"
@@ -197,7 +198,7 @@ class Transaction:
         """The commit point: the journal goes, the run is final."""
         with pf.phase("journal", self.journal):
             pf.remove_quietly(self.journal)
-            pf._fsync_dir(os.path.dirname(self.journal))  # pylint: disable=protected-access
+            _atomic.fsync_dir(os.path.dirname(self.journal))
 
     def rollback(self) -> t.List[str]:
         """Undo everything of this run (the journal says what); return what could not be undone."""
@@ -251,7 +252,7 @@ def rollback_journal(state_dir: str, journal: str) -> t.Tuple[t.Dict[str, t.Any]
     if not problems:
         with pf.phase("journal", journal):
             pf.remove_quietly(journal)
-            pf._fsync_dir(os.path.dirname(journal))  # pylint: disable=protected-access
+            _atomic.fsync_dir(os.path.dirname(journal))
     return data, problems
 
 

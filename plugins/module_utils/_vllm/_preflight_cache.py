@@ -20,10 +20,10 @@ import json
 import os
 import re
 import stat
-import tempfile
 import time
 import typing as t
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _atomic
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._preflight_key import is_secret
 
 FORMAT = 1
@@ -140,18 +140,8 @@ def write_entry(cache_dir: str, key: str, result: t.Mapping[str, t.Any],
     entry = {"format": FORMAT, "key": key, "stored_at": now,
              "stored_at_text": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)),
              "result": dict(result)}
-    fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=cache_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(entry, handle, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        path = entry_path(cache_dir, key)
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink(tmp)
-        raise
-    _fsync_dir(cache_dir)
+    path = entry_path(cache_dir, key)
+    _atomic.write(path, json.dumps(entry, sort_keys=True).encode("utf-8"), prefix=_TEMP_PREFIX)
     prune(cache_dir, now)
     return path
 
@@ -193,11 +183,3 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

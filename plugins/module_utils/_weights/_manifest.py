@@ -19,8 +19,9 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import typing as t
+
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _atomic
 
 FORMAT = 1
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -181,22 +182,9 @@ def _checked(manifest: Manifest, where: str) -> Manifest:
 
 
 def write_text_atomic(path: str, text: str, prefix: str) -> None:
-    """Write text atomically (temp file beside it, fsync, rename), mode 0644: a reader sees the
-    old file or the new one, never half of it."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write text whole (_atomic.write), mode 0644, in a folder made 0755 when missing."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
+    _atomic.write(path, text.encode("utf-8"), mode=0o644, prefix=prefix)
 
 
 def write(path: str, manifest: Manifest) -> None:

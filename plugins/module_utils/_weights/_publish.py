@@ -13,7 +13,8 @@ import errno
 import os
 import shutil
 
-from ansible_collections.gpuserve.vllm.plugins.module_utils._env._store import fsync_dir, replace_symlink, temp_link
+from ansible_collections.gpuserve.vllm.plugins.module_utils._atomic import fsync_dir
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env._store import replace_symlink, temp_link
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._layout import META_DIR, META_MANIFEST, Layout, StageError
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._manifest import Manifest
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._manifest import write as write_manifest
