@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters of the monitoring role and fleet_status.yml: Prometheus' scrape targets and alert rules, the fleet's status table.
 
-The logic is table-tested Python (module_utils/_monitor/_targets.py, _rules.py, _status.py).
+The logic is table-tested Python (module_utils/_monitor/_targets.py, _rules.py, _status.py, _loaded.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
 
+ml = Engine("_monitor._loaded")
 mr = Engine("_monitor._rules")
 ms = Engine("_monitor._status")
 mt = Engine("_monitor._targets")
@@ -50,6 +51,14 @@ def monitoring_rules(files: t.Any, alert_for: t.Any = None, disabled: t.Any = No
         raise AnsibleFilterError(f"monitoring_rules (monitoring_alert_for, monitoring_alerts_disabled): {exc}") from exc
 
 
+def monitoring_loaded_plans(services: t.Any, shows: t.Any = "", files: t.Any = "",
+                            metrics: t.Any = None) -> list[dict[str, t.Any]]:
+    """services | monitoring_loaded_plans(systemctl show, find -printf, /metrics reads) -> [{name, action, reasons, msg}]."""
+    if not isinstance(services, (list, tuple)) or not all(isinstance(s, t.Mapping) and s.get("name") for s in services):
+        raise AnsibleFilterError(f"monitoring_loaded_plans: expected a list of services, each with a name, found {services!r}")
+    return ml.plans(list(services), str(shows or ""), str(files or ""), list(metrics or []))
+
+
 def fleet_status_table(nodes: t.Sequence[t.Mapping[str, t.Any]], now: t.Any) -> dict[str, t.Any]:
     """[{name, state, routers, error}] | fleet_status_table(now) -> {rows, lines, summary}."""
     try:
@@ -67,5 +76,6 @@ class FilterModule:
             "monitoring_scrape_configs": monitoring_scrape_configs,
             "monitoring_router_workers": monitoring_router_workers,
             "monitoring_rules": monitoring_rules,
+            "monitoring_loaded_plans": monitoring_loaded_plans,
             "fleet_status_table": fleet_status_table,
         }

@@ -39,7 +39,7 @@ def _started(value: str) -> float | None:
     return when.replace(tzinfo=dt.timezone.utc).timestamp()
 
 
-def _mtimes(text: str) -> list[tuple[float, str]]:
+def file_times(text: str) -> list[tuple[float, str]]:
     """`find ... -printf '%T@ %p\\n'` lines as (mtime, path)."""
     found = []
     for line in text.splitlines():
@@ -51,10 +51,11 @@ def _mtimes(text: str) -> list[tuple[float, str]]:
     return found
 
 
-def need(show: str, files: str, pending: t.Sequence[str] = ()) -> dict[str, t.Any]:
+def need(show: str, files: str, pending: t.Sequence[str] = (), name: str = "the router") -> dict[str, t.Any]:
     """What the host shows -> {state: running|stopped|unknown, reasons, error}.
 
-    `pending` names what check mode would have changed (the files were not written then).
+    `pending` names what check mode would have changed (the files were not written then); `name`
+    the service in the error (the monitoring services use this too: _monitor/_loaded.py).
     """
     props = parse_systemctl_show(show or "")
     active = props.get("ActiveState", "")
@@ -62,16 +63,16 @@ def need(show: str, files: str, pending: t.Sequence[str] = ()) -> dict[str, t.An
         return {"state": "stopped", "reasons": [], "error": ""}
     if active not in _RUNNING:
         return {"state": "unknown", "reasons": [],
-                "error": f"systemd reports ActiveState={active or '(nothing)'} for the router"}
-    reasons = [f"{name} would change" for name in pending]
+                "error": f"systemd reports ActiveState={active or '(nothing)'} for {name}"}
+    reasons = [f"{what} would change" for what in pending]
     if props.get("NeedDaemonReload") == "yes":
         reasons.append("its unit changed on disk (systemd: NeedDaemonReload=yes)")
     started = _started(props.get("ExecMainStartTimestamp", ""))
     if started is None:
         return {"state": "unknown", "reasons": reasons,
-                "error": "systemd gives no start time for the running router "
+                "error": f"systemd gives no start time for {name}, which runs "
                          f"(ExecMainStartTimestamp={props.get('ExecMainStartTimestamp', '')!r})"}
-    for mtime, path in _mtimes(files or ""):
+    for mtime, path in file_times(files or ""):
         if mtime > started:
             reasons.append(f"{path} changed after it started")
     return {"state": "running", "reasons": reasons, "error": ""}

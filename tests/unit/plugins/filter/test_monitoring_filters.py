@@ -12,7 +12,18 @@ FILTERS = FilterModule().filters()
 
 
 def test_registered_names() -> None:
-    assert set(FILTERS) == {"monitoring_scrape_configs", "monitoring_router_workers", "monitoring_rules", "fleet_status_table"}
+    assert set(FILTERS) == {"monitoring_scrape_configs", "monitoring_router_workers", "monitoring_rules", "fleet_status_table",
+                            "monitoring_loaded_plans"}
+
+
+def test_loaded_plans_from_what_the_role_passes() -> None:
+    service = {"name": "prometheus", "restart_paths": ["/etc/default/prometheus"], "reload_paths": [], "metric_prefix": "prometheus",
+               "metrics_url": "http://127.0.0.1:9090/metrics", "reload_as": "reloaded", "pending_restart": [], "pending_reload": []}
+    show = "MainPID=0\nExecMainStartTimestamp=\nLoadState=loaded\nActiveState=inactive\nNeedDaemonReload=no\n"
+    plans = FILTERS["monitoring_loaded_plans"]([service], show, "", [{"status": -1, "msg": "refused"}])
+    assert [(p["name"], p["action"]) for p in plans] == [("prometheus", "none")]
+    with pytest.raises(AnsibleFilterError, match="monitoring_loaded_plans: expected a list of services, each with a name"):
+        FILTERS["monitoring_loaded_plans"]([{"restart_paths": []}], show, "", [])
 
 
 def test_router_workers_from_what_the_role_passes() -> None:
