@@ -4,7 +4,7 @@
 it gets nccl-tests' all_reduce_perf.
 
 The decisions are table-tested Python (module_utils/_gpu/_driver_plan.py, _acceptance_key.py,
-_nccl_tests_plan.py), not Jinja.
+_nccl_tests_plan.py, _bootargs.py), not Jinja.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import 
 
 _apt = Engine("_apt")
 acckey = Engine("_gpu._acceptance_key")
+_bootargs = Engine("_gpu._bootargs")
 _driver_plan = Engine("_gpu._driver_plan")
 _nccl_tests_plan = Engine("_gpu._nccl_tests_plan")
 
@@ -60,6 +61,19 @@ def gpu_node_driver_next_problems(apt_check: t.Any, packages: t.Any, min_branch:
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("gpu_node_driver_next_problems: min_branch must be a number, got %r" % (min_branch,)) from exc
     return _driver_plan.next_driver_problems(stdout, [str(name) for name in packages], branch)
+
+
+def gpu_node_kernel_cmdline_plan(observed: t.Any) -> dict[str, t.Any]:
+    """What kernel_cmdline.yml read (the arguments, /proc/cmdline, the drop-in's and grub.cfg's times,
+    /proc/stat) -> update_grub, reboot, missing, msg."""
+    if not isinstance(observed, dict):
+        raise AnsibleFilterError("gpu_node_kernel_cmdline_plan: expected a dict of what the node shows, got %r" % (observed,))
+    try:
+        return _bootargs.plan_from([str(arg) for arg in observed["args"]], str(observed["cmdline"]),
+                                   str(observed.get("files") or ""), str(observed["dropin"]), str(observed["grub_cfg"]),
+                                   str(observed.get("proc_stat") or ""))
+    except KeyError as exc:
+        raise AnsibleFilterError("gpu_node_kernel_cmdline_plan: %s missing from %r" % (exc, observed)) from exc
 
 
 def _strings(value: t.Any, name: str) -> list[str]:
@@ -109,4 +123,5 @@ class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {"gpu_node_acceptance_plan": gpu_node_acceptance_plan, "gpu_node_driver_plan": gpu_node_driver_plan,
                 "gpu_node_driver_next_problems": gpu_node_driver_next_problems,
-                "gpu_node_nccl_tests_plan": gpu_node_nccl_tests_plan}
+                "gpu_node_nccl_tests_plan": gpu_node_nccl_tests_plan,
+                "gpu_node_kernel_cmdline_plan": gpu_node_kernel_cmdline_plan}

@@ -31,6 +31,9 @@ BUILTIN_PATHS = {
 BUILTIN_NO_PATH = {
     "assert", "debug", "fail", "set_fact", "include_tasks", "include_vars", "include_role",
     "import_tasks", "setup", "service_facts", "meta", "tempfile",
+    # the running kernel, not a file: a reboot gpu_node_kernel_cmdline_plan owes is decided from
+    # gpu_node_grub_cfg and the drop-in, which are read
+    "reboot",
 }
 # Modules whose target is not a path: the artefact that shows their change.
 SYSTEM_TARGETS = {
@@ -52,6 +55,8 @@ COVERED_ELSEWHERE = {
     "wheelhouse_path": "site.yml wires it to ml_env_wheelhouse, read as a tree",
     "item": "the wheelhouse role's loop over files in wheelhouse_path (ml_env_wheelhouse)",
     "/usr/sbin/update-grub": "part of the grub package: /var/lib/dpkg/status",
+    "gpu_node_reboot_marker": "site.yml wires it to __gpuserve_reboot_marker, whose existence turns the fast path off (unless_exists)",
+    "/proc/stat": "the running kernel's boot time: decides only whether a reboot is owed for gpu_node_grub_cfg, which is read",
     "gpu_node_nccl_tests_cuda_home": "nvcc, from a package (/var/lib/dpkg/status)",
     "gpu_node_nccl_tests_nccl_home": "nccl.h, from a package (/var/lib/dpkg/status)",
     "ml_env_uv_cache_dir": "uv's download cache: what is installed from it is in the env",
@@ -69,6 +74,7 @@ GUARDS = {("vllm_node_state", "link")}
 COMMANDS = {
     "Build nccl-tests (MPI=0, the node's CUDA and NCCL, the GPUs' architecture)": "gpu_node_nccl_tests_tmp",
     "Install the build into its versioned directory": "gpu_node_nccl_tests_install_dir",
+    "Regenerate the GRUB configuration": "gpu_node_grub_cfg",
 }
 # Task files never run on a node the fast path leaves (and why).
 NEVER_ON_FAST_PATH = {

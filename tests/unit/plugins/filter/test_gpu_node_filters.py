@@ -106,3 +106,16 @@ POLICY = "nccl-tests:\n  Installed: (none)\n  Candidate: 2.17.6-1\n  Version tab
     (["nccl-tests", "other"], POLICY, "build"), (["nccl-tests"], "", "build")])
 def test_nccl_tests_plan_reads_apt_s_candidates(packages: list[str], policy: str, action: str) -> None:
     assert FILTERS["gpu_node_nccl_tests_plan"](dict(NCCL_TESTS, packages=packages, apt_policy=policy))["action"] == action
+
+
+def test_kernel_cmdline_plan_from_what_the_role_passes() -> None:
+    observed = {"args": ["iommu=pt"], "cmdline": "BOOT_IMAGE=/boot/vmlinuz ro quiet\n",
+                "files": "1796461900.5 /etc/default/grub.d/90-gpuserve-vllm.cfg\n",
+                "dropin": "/etc/default/grub.d/90-gpuserve-vllm.cfg", "grub_cfg": "/boot/grub/grub.cfg",
+                "proc_stat": "cpu  1 2 3\nbtime 1796461926\n"}
+    plan = FILTERS["gpu_node_kernel_cmdline_plan"](observed)
+    assert (plan["update_grub"], plan["reboot"], plan["missing"]) == (True, True, ["iommu=pt"])
+    with pytest.raises(AnsibleFilterError, match="gpu_node_kernel_cmdline_plan: 'grub_cfg' missing"):
+        FILTERS["gpu_node_kernel_cmdline_plan"]({k: v for k, v in observed.items() if k != "grub_cfg"})
+    with pytest.raises(AnsibleFilterError, match="expected a dict of what the node shows"):
+        FILTERS["gpu_node_kernel_cmdline_plan"]("iommu=pt")
