@@ -22,8 +22,6 @@ import typing as t
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._router_restart import file_times, need
 
-ACTIONS = ("none", "reload", "restart", "unknown")
-
 
 def _under(path: str, roots: t.Sequence[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
@@ -39,7 +37,8 @@ def sample(metrics: str, name: str) -> float | None:
 
 
 def _lines(files: str, roots: t.Sequence[str]) -> str:
-    return "\n".join(f"{mtime} {path}" for mtime, path in file_times(files) if _under(path, roots))
+    """The `find -printf` lines of the files under roots, as `need()` reads them."""
+    return "\n".join(line for line in files.splitlines() if _under(line.strip().partition(" ")[2], roots))
 
 
 def plan(service: t.Mapping[str, t.Any], show: str, files: str, metrics: str | None = None,
