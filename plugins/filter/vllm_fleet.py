@@ -62,9 +62,18 @@ def vllm_router_settings(routers: t.Sequence[str], hostvars: t.Mapping[str, t.An
 
 
 def vllm_router_view(results: t.Sequence[t.Mapping[str, t.Any]], url: str,
-                     units: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> list[dict[str, t.Any]]:
-    """registered_workers.results | vllm_router_view(node_url, registered_units.results)."""
-    return vf.router_view(list(results or []), url, list(units or []))
+                     units: t.Sequence[t.Mapping[str, t.Any]] | None = None,
+                     aliases: t.Sequence[str] | None = None,
+                     others: t.Sequence[str] | None = None) -> list[dict[str, t.Any]]:
+    """registered_workers.results | vllm_router_view(node_url, registered_units.results, own_hosts, other_hosts)."""
+    return vf.router_view(list(results or []), url, list(units or []), list(aliases or []), list(others or []))
+
+
+def vllm_router_stale_urls(results: t.Sequence[t.Mapping[str, t.Any]], url: str,
+                           aliases: t.Sequence[str] | None = None,
+                           others: t.Sequence[str] | None = None) -> list[dict[str, str]]:
+    """registered_workers.results | vllm_router_stale_urls(node_url, own_hosts, other_hosts) -> [{name, router, url}]."""
+    return vf.stale_urls(list(results or []), url, list(aliases or []), list(others or []))
 
 
 def vllm_router_removal_problems(results: t.Sequence[t.Mapping[str, t.Any]], leaving: t.Sequence[str],
@@ -75,9 +84,29 @@ def vllm_router_removal_problems(results: t.Sequence[t.Mapping[str, t.Any]], lea
 
 
 def vllm_router_reconcile(workers: t.Sequence[t.Mapping[str, t.Any]], desired: t.Sequence[str],
-                          min_healthy: t.Any = 1) -> dict[str, t.Any]:
-    """router_workers | vllm_router_reconcile(desired_urls, floor) -> {add, remove, refused, msg}."""
-    return vf.reconcile(list(workers or []), list(desired or []), min_healthy)
+                          min_healthy: t.Any = 1, max_unavailable: t.Any = None,
+                          nodes: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> dict[str, t.Any]:
+    """router_workers | vllm_router_reconcile(desired_urls, floor, max_unavailable, nodes)
+    -> {add, remove, moving, refused, floor, msg}."""
+    try:
+        unavailable = None if max_unavailable is None else int(max_unavailable)
+        if unavailable is not None and unavailable < 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(f"vllm_router_reconcile: vllm_router_max_unavailable_workers must be a whole "
+                                 f"number of at least 0, found {max_unavailable!r}") from None
+    try:
+        return vf.reconcile(list(workers or []), list(desired or []), min_healthy, unavailable, list(nodes or []))
+    except vf.FleetError as exc:
+        raise AnsibleFilterError(f"vllm_router_reconcile: {exc}") from exc
+
+
+def vllm_batch_size(serial: t.Any, hosts: t.Any) -> int:
+    """gpuserve_serial | vllm_batch_size(node_count): the most nodes one batch of the rolling play takes."""
+    try:
+        return vf.batch_size(serial, hosts)
+    except vf.FleetError as exc:
+        raise AnsibleFilterError(f"vllm_batch_size: {exc}") from exc
 
 
 def vllm_drain_settings(settings: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any]:
@@ -111,6 +140,8 @@ class FilterModule:
             "vllm_node_recovery": vllm_node_recovery,
             "vllm_router_settings": vllm_router_settings,
             "vllm_router_view": vllm_router_view,
+            "vllm_router_stale_urls": vllm_router_stale_urls,
+            "vllm_batch_size": vllm_batch_size,
             "vllm_router_removal_problems": vllm_router_removal_problems,
             "vllm_router_reconcile": vllm_router_reconcile,
             "vllm_drain_settings": vllm_drain_settings,

@@ -11,6 +11,7 @@ would cut that request off. Stdlib only, no Ansible imports: filter plugins run 
 from __future__ import annotations
 
 import typing as t
+import urllib.parse
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._unit import parse_systemctl_show
 
@@ -151,28 +152,86 @@ def _units_by_router(units: t.Sequence[t.Mapping[str, t.Any]] | None) -> dict[st
     return out
 
 
+def url_host(url: t.Any) -> str:
+    """The host of a worker URL as the routers list it (lower case, no brackets); "" when none."""
+    try:
+        return (urllib.parse.urlsplit(str(url or "").strip()).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def _hosts(names: t.Iterable[t.Any]) -> set[str]:
+    """Names and addresses as url_host gives them."""
+    return {str(n).strip().strip("[]").lower() for n in names if str(n or "").strip()}
+
+
+def node_urls(workers: t.Sequence[t.Mapping[str, t.Any]], url: str, aliases: t.Iterable[t.Any] = (),
+              others: t.Iterable[t.Any] = ()) -> list[str]:
+    """The URLs a router lists for this node: its own URL, and any other on one of its hosts
+    (`url`'s and `aliases`: the names and addresses the inventory gives it) that no other node
+    of the fleet has (`others`: their names and addresses). A URL on a host two nodes share is
+    only ever the exact one: it cannot be told whose it is.
+
+    So a node whose port or address changed is still known at the routers under the URL it was
+    added with: it is taken out of them (and drained) before it stops, never restarted while
+    a router still sends it requests under its old URL.
+    """
+    url = url.strip().rstrip("/")
+    mine = (_hosts(aliases) | {url_host(url)}) - _hosts(others) - {""}
+    found = []
+    for worker in workers:
+        listed = str(worker.get("url", "")).strip().rstrip("/")
+        if listed and listed not in found and (listed == url or url_host(listed) in mine):
+            found.append(listed)
+    return found
+
+
 def router_view(results: t.Sequence[t.Mapping[str, t.Any]], url: str,
-                units: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> list[dict[str, t.Any]]:
+                units: t.Sequence[t.Mapping[str, t.Any]] | None = None,
+                aliases: t.Iterable[t.Any] = (), others: t.Iterable[t.Any] = ()) -> list[dict[str, t.Any]]:
     """This node (`url`) as each router lists it: [{name, url, state, reachable, unknown, listed,
-    healthy, error}]; `reachable` is state serving, `unknown` state unknown.
+    healthy, urls, stale, error}]; `reachable` is state serving, `unknown` state unknown.
+
+    `urls` are the URLs the router lists for the node (node_urls: its own and, on its hosts, any
+    other it was added with), `listed` whether there is one, `stale` those that are not `url` (a
+    changed port or address: the node moves to `url`), `healthy` whether the router lists `url`
+    itself healthy.
 
     results: the registered loop results of GET /workers on each router, each with `item` the
     router's settings (name, url, service); units: the registered loop results of reading the
     unit of each router that did not answer (their `item` is that router's /workers result).
     """
     url = url.strip().rstrip("/")
+    aliases, others = list(aliases or []), list(others or [])
     by_name = _units_by_router(units)
     view = []
     for result in results:
         item = dict(result.get("item") or {})
         state, workers, error = _read(result, by_name.get(str(item.get("name"))))
-        mine = [w for w in workers if str(w.get("url", "")).rstrip("/") == url]
+        urls = node_urls(workers, url, aliases, others)
+        own = [w for w in workers if str(w.get("url", "")).strip().rstrip("/") == url]
         view.append({"name": item.get("name", "?"), "url": item.get("url", ""), "state": state,
                      "reachable": state == SERVING, "unknown": state == UNKNOWN,
-                     "listed": bool(mine),
-                     "healthy": bool(mine) and all(bool(w.get("is_healthy")) for w in mine),
+                     "listed": bool(urls),
+                     "healthy": bool(own) and all(bool(w.get("is_healthy")) for w in own),
+                     "urls": urls, "stale": [u for u in urls if u != url],
                      "error": error})
     return view
+
+
+def stale_urls(results: t.Sequence[t.Mapping[str, t.Any]], url: str, aliases: t.Iterable[t.Any] = (),
+               others: t.Iterable[t.Any] = ()) -> list[dict[str, str]]:
+    """[{name, router, url}]: each URL other than `url` a router lists for this node, from fresh
+    reads of /workers (registered loop results whose `item` has the router's name and url), to
+    remove once the node is in under `url` (the end of a drained move)."""
+    out = []
+    for result in results:
+        item = dict(result.get("item") or {})
+        workers = (result.get("json") or {}).get("workers") if isinstance(result.get("json"), t.Mapping) else None
+        for listed in node_urls(workers if isinstance(workers, list) else [], url, aliases, others):
+            if listed != url.strip().rstrip("/"):
+                out.append({"name": str(item.get("name", "?")), "router": str(item.get("url", "")), "url": listed})
+    return out
 
 
 def removal_problems(results: t.Sequence[t.Mapping[str, t.Any]], leaving: t.Iterable[str],
@@ -206,14 +265,52 @@ def removal_problems(results: t.Sequence[t.Mapping[str, t.Any]], leaving: t.Iter
     return problems
 
 
+def batch_size(serial: t.Any, hosts: t.Any) -> int:
+    """The most nodes a batch of site.yml's rolling play takes at once: `serial` as Ansible reads
+    it (a count, "N%" of `hosts`, at least 1, or a list of those: its largest)."""
+    if isinstance(serial, (list, tuple)):
+        if not serial:
+            raise FleetError("gpuserve_serial is an empty list")
+        return max(batch_size(one, hosts) for one in serial)
+    text = str(serial).strip()
+    try:
+        if text.endswith("%"):
+            return max(1, int(int(hosts) * float(text[:-1]) / 100))
+        count = int(text)
+    except (TypeError, ValueError):
+        raise FleetError(f"gpuserve_serial must be a count, a percentage or a list of them, found {serial!r}") from None
+    if count < 1:
+        raise FleetError(f"gpuserve_serial must be at least 1, found {serial!r}")
+    return count
+
+
+def _owners(nodes: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, list[str]]:
+    """host -> the URLs of the fleet nodes that have that name or address."""
+    owners: dict[str, list[str]] = {}
+    for node in nodes:
+        node_url = str(node.get("url", "")).strip().rstrip("/")
+        for host in _hosts(list(node.get("hosts") or []) + [url_host(node_url)]):
+            owners.setdefault(host, []).append(node_url)
+    return owners
+
+
 def reconcile(listed: t.Sequence[t.Mapping[str, t.Any]], desired: t.Iterable[str],
-              min_healthy: t.Any = 1) -> dict[str, t.Any]:
+              min_healthy: t.Any = 1, max_unavailable: int | None = None,
+              nodes: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> dict[str, t.Any]:
     """Runtime membership changes for one router, adds before removals.
 
-    `add`: what the inventory has and the router lacks. `remove`: what the router lists and the
-    inventory no longer has, as far as the router keeps `min_healthy` healthy workers without
-    it (unhealthy ones go first); `refused`: the rest, with `msg` giving the counts. Run on a
-    fresh read taken after the adds, so that a changed address is added before the old one goes.
+    `add`: what the inventory has and the router lacks. A URL the router lists and the inventory
+    no longer names is, when it is a fleet node's old URL (on a host of that node's alone;
+    `nodes`: [{url, hosts}], each node's URL and its names and addresses):
+    - removed when the router lists the node healthy under its new URL (the same server
+      answers there: nothing is lost, in-flight requests finish);
+    - else `moving`: left to the serve plays, which take the node out under that URL, drain it,
+      restart it (its port or address changed) and put it back under the new one.
+    Any other is removed as far as the router keeps its floor of healthy workers without it
+    (unhealthy ones go first): `min_healthy`, and with `max_unavailable` (the rolling play's
+    batch size) no fewer than the healthy workers it has less that many; `refused`: the rest,
+    with `msg` giving the counts. Run on a fresh read taken after the adds, so that a new
+    URL is in before an old one goes.
     """
     try:
         floor = int(min_healthy)
@@ -222,10 +319,25 @@ def reconcile(listed: t.Sequence[t.Mapping[str, t.Any]], desired: t.Iterable[str
     want = [u.strip().rstrip("/") for u in desired]
     rows = [(str(w.get("url", "")).rstrip("/"), bool(w.get("is_healthy"))) for w in listed]
     have = [url for url, _healthy in rows]
-    healthy = healthy_before = sum(1 for _url, ok in rows if ok)
+    healthy_urls = {url for url, ok in rows if ok}
+    owners = _owners(nodes or [])
     remove: list[str] = []
+    moving: list[str] = []
+    others = []
+    for url, ok in rows:
+        owner = owners.get(url_host(url), [])
+        if url in want:
+            continue
+        if len(owner) == 1 and owner[0] in want:
+            (remove if owner[0] in healthy_urls else moving).append(url)
+        else:
+            others.append((url, ok))
+    # A node's old URL removed while it is in under its new one costs the router nothing.
+    healthy = healthy_before = len([1 for url, ok in rows if ok and url not in remove])
+    if max_unavailable is not None:
+        floor = max(floor, healthy_before - int(max_unavailable))
     refused: list[str] = []
-    for url, ok in sorted((r for r in rows if r[0] not in want), key=lambda r: r[1]):
+    for url, ok in sorted(others, key=lambda r: r[1]):
         if ok and healthy - 1 < floor:
             refused.append(url)
             continue
@@ -234,7 +346,11 @@ def reconcile(listed: t.Sequence[t.Mapping[str, t.Any]], desired: t.Iterable[str
     msg = ""
     if refused:
         msg = (f"not removed: {', '.join(refused)}: the router lists {len(rows)} worker(s), "
-               f"{healthy_before} healthy; without them it would keep fewer than "
-               f"vllm_router_min_healthy_workers ({floor}) healthy. Bring the inventory's workers up "
-               "(or fix their addresses) first, or lower the floor")
-    return {"add": [u for u in want if u not in have], "remove": remove, "refused": refused, "msg": msg}
+               f"{healthy_before} healthy; without them it would keep fewer than {floor} healthy "
+               f"(vllm_router_min_healthy_workers {int(min_healthy)}"
+               + (f", or its healthy workers less vllm_router_max_unavailable_workers {int(max_unavailable)}"
+                  if max_unavailable is not None else "")
+               + "). Bring the inventory's workers up (or fix their addresses) first; a later run "
+               "removes more once the router has fewer to lose")
+    return {"add": [u for u in want if u not in have], "remove": remove, "refused": refused,
+            "moving": moving, "floor": floor, "msg": msg}

@@ -153,7 +153,8 @@ class Node:
 
 
 class Routers:
-    """The routers' view of this node: [{name, reachable, listed, healthy, error}]."""
+    """The routers' view of this node: [{name, reachable, listed, healthy, stale, error}]
+    (gpuserve.vllm.vllm_router_view; `listed` under any URL of the node's, `stale` its old ones)."""
 
     def __init__(self, routers: t.Sequence[t.Mapping[str, t.Any]] | None) -> None:
         self.all = [dict(r) for r in (routers or [])]
@@ -166,7 +167,9 @@ class Routers:
 
     @property
     def all_listed_healthy(self) -> bool:
-        return all(_bool(r.get("listed")) and _bool(r.get("healthy")) for r in self.reachable)
+        """Every router that serves lists the node healthy under its URL, and under no old one."""
+        return all(_bool(r.get("listed")) and _bool(r.get("healthy")) and not r.get("stale")
+                   for r in self.reachable)
 
     def note(self) -> str:
         if not self.all:
@@ -182,6 +185,9 @@ class Routers:
                 parts.append(f"{r.get('name', '?')}: not serving ({r.get('error') or 'no answer'})")
             elif not _bool(r.get("listed")):
                 parts.append(f"{r.get('name', '?')}: not listed")
+            elif r.get("stale"):
+                parts.append(f"{r.get('name', '?')}: listed under {', '.join(map(str, r['stale']))} "
+                             "(its old address: it moves)")
             else:
                 parts.append(f"{r.get('name', '?')}: listed, {'healthy' if _bool(r.get('healthy')) else 'unhealthy'}")
         return "routers " + ", ".join(parts)

@@ -14,7 +14,8 @@ FILTERS = FilterModule().filters()
 def test_registered_names() -> None:
     assert set(FILTERS) == {"vllm_node_plan", "vllm_node_serving", "vllm_node_report", "vllm_node_recovery", "vllm_router_settings",
                             "vllm_router_view", "vllm_router_removal_problems", "vllm_router_reconcile",
-                            "vllm_drain_settings", "vllm_router_restart_need", "vllm_router_restart_plan"}
+                            "vllm_drain_settings", "vllm_router_restart_need", "vllm_router_restart_plan",
+                            "vllm_router_stale_urls", "vllm_batch_size"}
 
 
 def test_router_restart_filters_chain_from_what_ansible_registers() -> None:
@@ -44,3 +45,18 @@ def test_router_settings_take_hostvars_by_name() -> None:
     assert settings["drain_timeout"] == 90 and settings["url"] == "http://127.0.0.1:30001"
     with pytest.raises(AnsibleFilterError, match="^vllm_router_settings: vllm_router_drain_timeout of router r1"):
         FILTERS["vllm_router_settings"](["r1"], {"r1": {"vllm_router_drain_timeout": 5}}, fallback)
+
+
+def test_reconcile_takes_the_floor_slack_as_templated() -> None:
+    """vllm_router_max_unavailable_workers arrives as a string from its templated default."""
+    listed = [{"url": f"http://old{i}:8000", "is_healthy": True} for i in range(4)]
+    got = FILTERS["vllm_router_reconcile"](listed, ["http://new:8000"], "1", "2", [])
+    assert len(got["remove"]) == 2 and got["floor"] == 2
+    with pytest.raises(AnsibleFilterError, match="vllm_router_max_unavailable_workers must be a whole number of at least 0, found '-1'"):
+        FILTERS["vllm_router_reconcile"](listed, [], 1, "-1", [])
+
+
+def test_batch_size_errors_name_the_filter() -> None:
+    assert FILTERS["vllm_batch_size"]("50%", "4") == 2
+    with pytest.raises(AnsibleFilterError, match="^vllm_batch_size: gpuserve_serial must be"):
+        FILTERS["vllm_batch_size"]("half", 4)

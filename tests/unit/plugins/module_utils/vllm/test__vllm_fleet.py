@@ -79,7 +79,7 @@ def test_drain_settings_take_the_longest_bounds():
 
 def seen(name: str, state: str, listed: bool = False, healthy: bool = False, error: str = "") -> dict:
     return {"name": name, "state": state, "reachable": state == "serving", "unknown": state == "unknown",
-            "listed": listed, "healthy": healthy, "error": error}
+            "listed": listed, "healthy": healthy, "urls": [NODE] if listed else [], "stale": [], "error": error}
 
 
 @pytest.mark.parametrize("results, units, view", [
@@ -136,11 +136,118 @@ def test_removal_is_refused_while_a_router_is_unknown():
     assert vf.removal_problems(unknown, [], settings) == []
 
 
+# A node whose port changed (the inventory's vllm_server_port): the router lists it under the port
+# it was added with until the node has moved.
+MOVED = "http://gpu01.example.internal:8001"
+GPU01 = ["gpu01.example.internal", "gpu01"]   # the node's worker address / ansible_host, inventory name
+GPU02 = ["gpu02.example.internal", "gpu02"]
+
+
+@pytest.mark.parametrize("workers, url, aliases, others, urls", [
+    # Its own URL only; another node's never.
+    ([worker(NODE), worker(OTHER)], NODE, GPU01, GPU02, [NODE]),
+    # Its port changed: the router still lists the old one, which is the node's (same host).
+    ([worker(NODE), worker(OTHER)], MOVED, GPU01, GPU02, [NODE]),
+    # Both, mid-move (the new one added, the old one not yet removed).
+    ([worker(NODE), worker(MOVED), worker(OTHER)], MOVED, GPU01, GPU02, [NODE, MOVED]),
+    # Its address changed from its inventory name to an IP address: the name is one of its own.
+    ([worker("http://gpu01:8000")], "http://10.0.0.1:8000", ["10.0.0.1", "gpu01"], GPU02, ["http://gpu01:8000"]),
+    # Case and brackets as routers print them.
+    ([worker("http://GPU01.example.internal:8000"), worker("http://[fd00::1]:8000")], "http://[fd00::1]:8001",
+     ["fd00::1", "gpu01.example.internal"], GPU02, ["http://GPU01.example.internal:8000", "http://[fd00::1]:8000"]),
+    # Two nodes on one host (loopback test fleets): only the exact URL can be told to be this node's.
+    ([worker("http://127.0.0.1:8001"), worker("http://127.0.0.1:8002")], "http://127.0.0.1:8003",
+     ["127.0.0.1", "n1"], ["127.0.0.1", "n2"], []),
+    ([worker("http://127.0.0.1:8001"), worker("http://127.0.0.1:8002")], "http://127.0.0.1:8001",
+     ["127.0.0.1", "n1"], ["127.0.0.1", "n2"], ["http://127.0.0.1:8001"]),
+    # A worker that is no fleet node's, on another host: not this node's.
+    ([worker("http://rogue.example:8000")], NODE, GPU01, GPU02, []),
+])
+def test_node_urls(workers, url, aliases, others, urls):
+    assert vf.node_urls(workers, url, aliases, others) == urls
+
+
+def test_router_view_of_a_node_whose_port_changed():
+    """Listed (under the old port: taken out and drained before it stops), not healthy under the
+    new one (put in there), the old URL stale (taken out once it is in under the new one)."""
+    [view] = vf.router_view([answered("r1", worker(NODE), worker(OTHER))], MOVED, [], GPU01, GPU02)
+    assert (view["listed"], view["healthy"], view["urls"], view["stale"]) == (True, False, [NODE], [NODE])
+    [view] = vf.router_view([answered("r1", worker(NODE), worker(MOVED))], MOVED, [], GPU01, GPU02)
+    assert (view["listed"], view["healthy"], view["urls"], view["stale"]) == (True, True, [NODE, MOVED], [NODE])
+
+
+def test_stale_urls_from_fresh_reads():
+    fresh = [answered("r1", worker(NODE), worker(MOVED), worker(OTHER)), answered("r2", worker(MOVED)),
+             {"item": {"name": "r3", "url": "http://127.0.0.1:30000"}, "skipped": True}]
+    assert vf.stale_urls(fresh, MOVED + "/", GPU01, GPU02) == [
+        {"name": "r1", "router": "http://127.0.0.1:30000", "url": NODE}]
+
+
 def test_reconcile():
     listed = [worker(NODE), worker("http://gone:8000")]
     assert vf.reconcile(listed, [NODE, OTHER]) == {"add": [OTHER], "remove": ["http://gone:8000"],
-                                                   "refused": [], "msg": ""}
-    assert vf.reconcile(listed[:1], [NODE + "/"]) == {"add": [], "remove": [], "refused": [], "msg": ""}
+                                                   "refused": [], "moving": [], "floor": 1, "msg": ""}
+    assert vf.reconcile(listed[:1], [NODE + "/"]) == {"add": [], "remove": [], "refused": [], "moving": [],
+                                                      "floor": 1, "msg": ""}
+
+
+NODES = [{"url": MOVED, "hosts": GPU01}, {"url": OTHER, "hosts": GPU02}]
+
+
+@pytest.mark.parametrize("listed, remove, moving", [
+    # gpu01's port changed and its new URL does not serve yet: the old one is the serve plays' to
+    # move (drained), not a removal; nothing else changes.
+    ([worker(NODE), worker(OTHER)], [], [NODE]),
+    # Its new URL is in and healthy: the old one goes (the same server; requests finish).
+    ([worker(NODE), worker(MOVED), worker(OTHER)], [NODE], []),
+    # In but not healthy yet: still moving.
+    ([worker(NODE), worker(MOVED, healthy=False), worker(OTHER)], [], [NODE]),
+])
+def test_reconcile_leaves_a_moving_node_to_the_serve_plays(listed, remove, moving):
+    got = vf.reconcile(listed, [MOVED, OTHER], 1, 1, NODES)
+    assert (got["remove"], got["moving"], got["refused"]) == (remove, moving, [])
+
+
+def test_reconcile_a_host_two_nodes_share_is_no_move():
+    nodes = [{"url": "http://127.0.0.1:8003", "hosts": ["127.0.0.1", "n1"]},
+             {"url": "http://127.0.0.1:8002", "hosts": ["127.0.0.1", "n2"]}]
+    got = vf.reconcile([worker("http://127.0.0.1:8001"), worker("http://127.0.0.1:8002")],
+                       ["http://127.0.0.1:8003", "http://127.0.0.1:8002"], 0, 1, nodes)
+    assert (got["remove"], got["moving"]) == (["http://127.0.0.1:8001"], [])
+
+
+@pytest.mark.parametrize("healthy, max_unavailable, removed", [
+    # 16 healthy workers replaced by 16 URLs that do not answer (a typo in every address): with the
+    # rolling batch as the floor's slack only that many go, not 15.
+    (16, 1, 1),
+    (16, 4, 4),
+    # No slack: nothing healthy leaves; without it (None) only vllm_router_min_healthy_workers.
+    (16, 0, 0),
+    (16, None, 15),
+    (2, 1, 1),
+])
+def test_reconcile_floor_is_the_healthy_workers_less_the_batch(healthy, max_unavailable, removed):
+    listed = [worker(f"http://old{i}.example:8000") for i in range(healthy)]
+    nodes = [{"url": f"http://typo{i}.example:8000", "hosts": [f"typo{i}.example", f"gpu{i}"]} for i in range(healthy)]
+    got = vf.reconcile(listed, [n["url"] for n in nodes], 1, max_unavailable, nodes)
+    assert len(got["remove"]) == removed and len(got["refused"]) == healthy - removed
+    assert got["floor"] == (max(1, healthy - max_unavailable) if max_unavailable is not None else 1)
+    if got["refused"]:
+        assert got["msg"].startswith(f"not removed: {got['refused'][0]}")
+        assert f"fewer than {got['floor']} healthy" in got["msg"]
+
+
+@pytest.mark.parametrize("serial, hosts, size", [
+    (1, 16, 1), ("2", 16, 2), ("25%", 16, 4), ("10%", 4, 1), ("100%", 3, 3), ([1, "50%"], 8, 4),
+])
+def test_batch_size(serial, hosts, size):
+    assert vf.batch_size(serial, hosts) == size
+
+
+@pytest.mark.parametrize("serial", ["all", 0, [], "x%"])
+def test_batch_size_refused(serial):
+    with pytest.raises(vf.FleetError, match="gpuserve_serial"):
+        vf.batch_size(serial, 4)
 
 
 NEW = "http://gpu01-new.example.internal:8000"  # the same node at a changed address
@@ -167,7 +274,7 @@ def test_reconcile_keeps_the_floor(listed, desired, floor, remove, refused):
         healthy = sum(1 for w in listed if w["is_healthy"])
         assert got["msg"].startswith(f"not removed: {', '.join(refused)}: the router lists {len(listed)} "
                                      f"worker(s), {healthy} healthy")
-        assert f"vllm_router_min_healthy_workers ({floor})" in got["msg"]
+        assert f"fewer than {floor} healthy (vllm_router_min_healthy_workers {floor})" in got["msg"]
 
 
 def test_reconcile_refuses_a_floor_that_is_not_a_number():

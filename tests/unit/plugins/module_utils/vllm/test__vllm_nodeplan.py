@@ -56,6 +56,9 @@ DOWN = [{"name": "router01", "reachable": False, "error": "Connection refused"}]
 UNKNOWN = [{"name": "router01", "state": "unknown", "reachable": False, "unknown": True, "listed": False,
             "healthy": False, "error": "host unreachable: ssh: connect to host router01 port 22: Connection timed out"}]
 TWO_ONE_UNKNOWN = [dict(LISTED[0]), dict(UNKNOWN[0], name="router02")]
+# Listed under the URL it had before its port or address changed (vllm_router_view: urls, stale).
+MOVED_PORT = [{"name": "router01", "reachable": True, "listed": True, "healthy": False,
+               "urls": ["http://gpu01:8000"], "stale": ["http://gpu01:8000"]}]
 
 
 def plan(observed: dict, routers: list | None = None, **kw) -> dict:
@@ -141,6 +144,17 @@ CASES = [
     ("restart request written after the server started",
      node(target=A, files={"unit": T0 - 100, "env_file": T0 - 100, "restart_marker": T0 + 5}), LISTED, {},
      ["remove", "drain", "restart", "health", "add"], "restart"),
+    # A changed vllm_server_port: the router lists the node under its old URL (vllm_router_view's
+    # `stale`), the unit changes: out under the old URL, drained, restarted, in under the new one.
+    ("port changed: a drained move", node(target=A), MOVED_PORT, {"rendered": {"unit_changed": True}},
+     ["remove", "drain", "restart", "health", "add"], "restart"),
+    # A changed worker address, the server unchanged (it listens on every address): in under the
+    # new URL, then the old one goes (worker_add) -- no stop, nothing to drain.
+    ("address changed, the server unchanged: add the new URL only", node(target=A), MOVED_PORT, {},
+     ["add"], "add"),
+    ("in under the new URL, the old one still listed (a killed run): add, which removes the old one",
+     node(target=A), [dict(MOVED_PORT[0], healthy=True, urls=["http://gpu01:8000", "http://gpu01:8001"])], {},
+     ["add"], "add"),
     ("unit would change (check-mode render)", node(target=A), LISTED, {"rendered": {"unit_changed": True}},
      ["remove", "drain", "restart", "health", "add"], "restart"),
     ("rollback on demand: drained switch to .previous, no canary", node(link=B, running=B, previous=A, target=B),
