@@ -108,7 +108,9 @@ options:
     type: path
     default: ""
   health_url:
-    description: The server's C(/health); empty to not ask.
+    description:
+      - The server's C(/health) as this run configures it; empty to not ask.
+      - A running server is read where its own argv says it listens (RV(listen)), with this URL's path.
     type: str
     default: http://127.0.0.1:8000/health
   metrics_url:
@@ -253,6 +255,16 @@ reboot:
   description: C(pending), C(reason), C(install) (the driver packages gpu_node staged; the serve play installs them on the stopped node before the reboot).
   returned: always
   type: dict
+listen:
+  description:
+    - Where the running server was read - C(host) and C(port) from its own argv (C(--host), C(--port);
+      vLLM's defaults when unset) with C(source) V(process), else O(health_url)'s with C(source)
+      V(configured) - and the C(health_url) and C(metrics_url) read there. A server started before
+      its port or host changed serves on the old address until its restart; it is read there, so
+      it is seen serving (and drained) rather than taken for one that does not answer.
+  returned: always
+  type: dict
+  sample: {host: "0.0.0.0", port: 8000, source: process, health_url: "http://127.0.0.1:8000/health", metrics_url: "http://127.0.0.1:8000/metrics"}
 health:
   description: C(status) (HTTP status, null when nothing answered), C(error), C(known) (false when nothing could be told - a time-out, not a refusal), C(tries).
   returned: always
@@ -421,9 +433,9 @@ def main() -> None:
     except ns.StateError as exc:
         module.fail_json(msg=str(exc))
     process = {"pid": unit["main_pid"], "argv0": "", "env": "", "note": "", "started": unit["started"]}
-    if unit["main_pid"] > 0 and link_path:
-        argv = ns.read_cmdline(unit["main_pid"])
-        process["argv0"] = argv[0] if argv else ""
+    argv = ns.read_cmdline(unit["main_pid"]) if unit["main_pid"] > 0 else []
+    if argv and link_path:
+        process["argv0"] = argv[0]
         try:
             link_changed = os.lstat(link_path).st_mtime
         except OSError:
@@ -432,8 +444,9 @@ def main() -> None:
     named = [link["env"], previous["env"], target["env"], process["env"]]
     named += [str((journal or {}).get(k) or "") for k in ("from", "to", "previous", "rollback_to")]
     named += [str((hold or {}).get(k) or "") for k in ("from", "to")]
-    health = _read(p["health_url"], p["timeout"], p["tries"], ns.health_view)
-    metrics = _read(p["metrics_url"], p["timeout"], p["tries"], ns.metrics_view)
+    listen = ns.listen_view(argv, p["health_url"], p["metrics_url"])
+    health = _read(listen["health_url"], p["timeout"], p["tries"], ns.health_view)
+    metrics = _read(listen["metrics_url"], p["timeout"], p["tries"], ns.metrics_view)
     alive = unit["main_pid"] > 0
     start_record = ns.start_view(p["start_record"], unit["invocation"] if alive else "", p["model_path"],
                                  p["drafter_path"], p["unit_path"], p["env_file"], p["nccl_conf"])
@@ -447,7 +460,7 @@ def main() -> None:
                "drafter": ns.link_mtime(p["drafter_path"]) if p["drafter_path"] else None,
                "env_code": ns.code_mtime(process["env"]) if process["env"] and not start_record["current"] else None},
         start_record=start_record, journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
-        health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
+        listen=listen, health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
         rendered={r["name"]: _rendered(r["path"], r["sha256"], r["mode"]) for r in p["rendered"]},
         boundary=_boundary(p["unit_environment"], p["unit_extra"]),
     )

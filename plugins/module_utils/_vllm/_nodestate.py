@@ -17,6 +17,7 @@ import json
 import os
 import time
 import typing as t
+import urllib.parse
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _store as es
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _startrecord as sr
@@ -76,6 +77,57 @@ def process_env(argv: t.Sequence[str], link: str, link_changed: float | None,
             return "", (f"the process runs {argv[0]} through {link}, which changed after it "
                         "started: its env cannot be told")
     return os.path.realpath(env), ""
+
+
+# `vllm serve` listens on all addresses at this port unless told otherwise (vLLM's own defaults).
+VLLM_DEFAULT_PORT = 8000
+
+
+def served_address(argv: t.Sequence[str]) -> tuple[str, int] | None:
+    """(host, port) a `vllm serve` process listens on, from its argv (argparse's way: the last
+    `--host`/`--port`, as `--flag value` or `--flag=value`; unset: all addresses, port 8000);
+    None when argv is no `serve` command or its port is not a number."""
+    words = list(argv)
+    if "serve" not in words:
+        return None
+    found: dict[str, str] = {}
+    for i, word in enumerate(words):
+        for flag in ("--host", "--port"):
+            if word == flag and i + 1 < len(words):
+                found[flag] = words[i + 1]
+            elif word.startswith(flag + "="):
+                found[flag] = word[len(flag) + 1:]
+    try:
+        port = int(found.get("--port", VLLM_DEFAULT_PORT))
+    except ValueError:
+        return None
+    return found.get("--host", ""), port
+
+
+def listen_view(argv: t.Sequence[str], health_url: str, metrics_url: str) -> dict[str, t.Any]:
+    """Where the running server is read: the address its own argv says it listens on, not the one
+    this run configures (a changed port or host is served on the old one until the restart).
+
+    Returns {host, port, source (process | configured), health_url, metrics_url}: the configured
+    URLs' path on the process's address (all addresses are read on 127.0.0.1); with no `vllm
+    serve` argv to read, the configured URLs themselves.
+    """
+    configured = urllib.parse.urlsplit(health_url or "")
+    served = served_address(argv) if argv else None
+    if served is None or not configured.hostname:
+        return {"host": configured.hostname or "", "port": configured.port, "source": "configured",
+                "health_url": health_url, "metrics_url": metrics_url}
+    host, port = served
+    bare = host.strip().strip("[]")
+    client = "127.0.0.1" if bare in ("", "0.0.0.0", "::") else bare
+    netloc = f"[{client}]:{port}" if ":" in client else f"{client}:{port}"
+
+    def there(url: str) -> str:
+        parts = urllib.parse.urlsplit(url)
+        return urllib.parse.urlunsplit((parts.scheme or "http", netloc, parts.path, parts.query, "")) if url else url
+
+    return {"host": bare, "port": port, "source": "process",
+            "health_url": there(health_url), "metrics_url": there(metrics_url)}
 
 
 def read_cmdline(pid: int, proc: str = "/proc") -> list[str]:

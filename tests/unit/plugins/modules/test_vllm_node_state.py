@@ -213,3 +213,48 @@ def test_the_unit_environment_is_judged_like_vllm_unit_boundary(tmp_path, monkey
                                   "checked": [], "id": _unit_boundary.judged_id(["not a line"], {})}
     safe = run_module_main(vllm_node_state, dict(args, unit_environment=['VLLM_API_KEY="s3cret"'], unit_extra={}), monkeypatch)
     assert safe["boundary"] == {"problems": [], "checked": [], "id": _unit_boundary.judged_id([], {})}
+
+
+def test_a_server_whose_port_changed_is_read_where_it_listens(tmp_path, monkeypatch, closed_port):
+    """The inventory moved the server to a port nothing listens on yet (closed_port); the running
+    server (the TEST DOUBLE `vllm serve`, a real process with a real argv) still listens on the
+    port it was started with. systemctl's MainPID points at it (a systemctl TEST DOUBLE printing
+    `systemctl show`'s Property=value lines, systemctl(1)): it is read there, healthy, so the plan
+    drains it instead of taking it for a server that does not answer."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        old_port = sock.getsockname()[1]
+    double = Path(__file__).resolve().parents[3] / "doubles" / "fake_vllm_server.py"
+    server = subprocess.Popen([sys.executable, str(double), "serve", "/srv/models/m", "--host", "127.0.0.1",
+                               "--port", str(old_port), "--double-load-seconds", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{old_port}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path))
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+        (tmp_path / "bin").mkdir()
+        systemctl = tmp_path / "bin" / "systemctl"
+        systemctl.write_text("#!/bin/sh\nprintf 'LoadState=loaded\\nActiveState=active\\nSubState=running\\n"
+                             f"MainPID={server.pid}\\nNRestarts=0\\nExecMainStartTimestampMonotonic=1000000\\n"
+                             "InvocationID=0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e\\n'\n")
+        systemctl.chmod(0o755)
+        new = f"http://127.0.0.1:{closed_port}"
+        result = run_module_main(vllm_node_state, dict(_args(tmp_path), health_url=new + "/health",
+                                                       metrics_url=new + "/metrics", tries=1), monkeypatch)
+    finally:
+        server.kill()
+        server.wait()
+    assert result["listen"] == {"host": "127.0.0.1", "port": old_port, "source": "process",
+                                "health_url": f"http://127.0.0.1:{old_port}/health",
+                                "metrics_url": f"http://127.0.0.1:{old_port}/metrics"}
+    assert result["health"]["status"] == 200 and result["metrics"]["reachable"] is True

@@ -164,3 +164,49 @@ def test_reboot_view_reads_the_reason_and_the_staged_packages(
 def test_reboot_view_without_a_request(tmp_path) -> None:
     assert ns.reboot_view(str(tmp_path / "reboot-pending")) == {"pending": False, "reason": "", "install": []}
     assert ns.reboot_view("") == {"pending": False, "reason": "", "install": []}
+
+
+def test_a_running_server_is_read_where_its_argv_says_it_listens(store):
+    """The unit's ExecStart as the role renders it (_server.serve_argv), started for real through
+    the stable link, its /proc cmdline read back: a server started on port 8001 is read there
+    although this run configures 8002 (a changed vllm_server_port, not yet restarted)."""
+    from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._server import serve_argv
+    link = str(store / "opt" / "ml-env")
+    argv = serve_argv(link + "/bin/vllm", "/srv/models/kimi-k2.5", {"host": "0.0.0.0", "port": 8001, "trust_remote_code": True})
+    proc = subprocess.Popen(argv)
+    try:
+        time.sleep(0.3)
+        read = ns.read_cmdline(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    view = ns.listen_view(read, "http://127.0.0.1:8002/health", "http://127.0.0.1:8002/metrics")
+    assert view == {"host": "0.0.0.0", "port": 8001, "source": "process",
+                    "health_url": "http://127.0.0.1:8001/health", "metrics_url": "http://127.0.0.1:8001/metrics"}
+
+
+@pytest.mark.parametrize("argv, address", [
+    (["/e/bin/python", "/opt/ml-env/bin/vllm", "serve", "/m", "--host", "10.0.0.5", "--port", "8001"], ("10.0.0.5", 8001)),
+    # argparse's other spelling, and the last of a repeated flag.
+    (["/e/bin/python", "/opt/ml-env/bin/vllm", "serve", "/m", "--port=8002", "--port", "8003"], ("", 8003)),
+    # Unset: vLLM listens on every address, port 8000.
+    (["/e/bin/python", "/opt/ml-env/bin/vllm", "serve", "/m"], ("", 8000)),
+    # Not a `vllm serve` process, or a port that is no number: nothing to follow.
+    (["/e/bin/python", "-c", "pass"], None),
+    (["/e/bin/python", "/opt/ml-env/bin/vllm", "serve", "/m", "--port", "http"], None),
+])
+def test_served_address(argv, address):
+    assert ns.served_address(argv) == address
+
+
+@pytest.mark.parametrize("argv, health, expected", [
+    # A host of its own is read there; an IPv6 one in brackets.
+    (["/p", "/v", "serve", "/m", "--host", "10.0.0.5", "--port", "8001"], "http://10.0.0.6:8000/health",
+     "http://10.0.0.5:8001/health"),
+    (["/p", "/v", "serve", "/m", "--host", "fd00::5"], "http://[fd00::6]:8000/health", "http://[fd00::5]:8000/health"),
+    # Nothing runs (no argv), or nothing to ask: the configured URL stands.
+    ([], "http://127.0.0.1:8000/health", "http://127.0.0.1:8000/health"),
+    (["/p", "/v", "serve", "/m", "--port", "8001"], "", ""),
+])
+def test_listen_view_urls(argv, health, expected):
+    assert ns.listen_view(argv, health, "")["health_url"] == expected
