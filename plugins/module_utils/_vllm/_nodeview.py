@@ -187,7 +187,7 @@ class Routers:
                 parts.append(f"{r.get('name', '?')}: not listed")
             elif r.get("stale"):
                 parts.append(f"{r.get('name', '?')}: listed under {', '.join(map(str, r['stale']))} "
-                             "(its old address: it moves)")
+                             "(its old URL: it moves)")
             else:
                 parts.append(f"{r.get('name', '?')}: listed, {'healthy' if _bool(r.get('healthy')) else 'unhealthy'}")
         return "routers " + ", ".join(parts)
