@@ -3,7 +3,8 @@
 hypothesis draws a fleet (nodes x the env each runs and its links x a journal left by a killed
 run x a rollback hold x the routers listing it) and a sequence of rounds. Each round is world
 events (a server dies, a node is taken out of a router by hand, the pins change, a restart or a
-rollback is asked for, a reboot becomes pending) and one site.yml run with faults (a router's or
+rollback is asked for, a reboot becomes pending, the inventory moves a node to another port)
+and one site.yml run with faults (a router's or
 a node's read that does not answer, the run killed after any step, a canary or a start that
 fails, a second operator's run started while it runs). Each run takes the fleet lock first with
 the real `_lock.decide()`: a second run while the first lives is refused and changes nothing; the
@@ -13,10 +14,11 @@ execute.yml and recover.yml execute a plan: real `_nodeplan.plan()`, `recovery()
 first failed node, a held node left as it is while the others carry on.
 
 Asserted after every step: a live server is never stopped or restarted while any router lists it
-(whatever that router's read said); a node whose reads did not all answer gets no disruptive step;
+under any URL, its old port's too (whatever that router's read said); a node whose reads did not all answer gets no disruptive step;
 a removal never takes a router below its floor. Asserted at the end: once the faults stop, two
 runs bring every node to serving what its plan says, listed healthy by every router, no journal,
-and the next plan has no step. The figures are printed at the end of the unit step.
+and the next plan has no step; every router lists each node under its inventory URL alone. The
+figures are printed at the end of the unit step.
 """
 
 from __future__ import annotations
@@ -35,19 +37,23 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodevi
 
 ENVS = ("/opt/ml-env.d/vllm-0.17.0-aaaa", "/opt/ml-env.d/vllm-0.18.0-bbbb", "/opt/ml-env.d/vllm-0.19.0-cccc")
 ROUTERS = ("router01", "router02")
+PORTS = (8000, 8010)
 FLOOR = 1
 DISRUPTIVE = ("stop", "restart", "reboot")
-STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0,
+STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0, "moves": 0,
                          "refused": 0, "killed": 0, "failed": 0, "fenced": 0, "concurrent": 0, "takeovers": 0}
 
 
 class Fleet:
     """What is true on the nodes and routers (not what a read says of it). A router lists a set
-    of workers; it reports one healthy while its process serves (its health check)."""
+    of worker URLs; it reports one healthy while a server answers there (its health check). A
+    node's server listens on the port it was started with (`port`); the inventory may name
+    another (`wanted`): the unit this run renders differs until the node restarts."""
 
     def __init__(self, nodes: list[dict[str, t.Any]], routers: list[str], target: str) -> None:
         self.nodes = {n["name"]: n for n in nodes}
-        self.lists = {r: {n["name"] for n in nodes if n["alive"] and r not in n["unlisted"]} for r in routers}
+        self.lists = {r: {self.at(n["name"], n["port"]) for n in nodes if n["alive"] and r not in n["unlisted"]}
+                      for r in routers}
         self.target = target
         self.clock = 1000.0
         self.lock: dict[str, t.Any] | None = None  # the lock file's holder record
@@ -61,7 +67,26 @@ class Fleet:
         return self.clock
 
     def url(self, name: str) -> str:
-        return f"http://{name}:8000"
+        """The node's URL as this run's inventory gives it."""
+        return self.at(name, self.nodes[name]["wanted"])
+
+    @staticmethod
+    def at(name: str, port: int) -> str:
+        return f"http://{name}:{port}"
+
+    def others(self, name: str) -> list[str]:
+        return sorted(set(self.nodes) - {name})
+
+    def view(self, name: str, reads: list[dict[str, t.Any]]) -> list[dict[str, t.Any]]:
+        """worker_state.yml's view: the node known by its names (the inventory name here)."""
+        return vf.router_view(reads, self.url(name), [], [name], self.others(name))
+
+    def serves_at(self, url: str) -> bool:
+        return any(n["alive"] and self.at(name, n["port"]) == url for name, n in self.nodes.items())
+
+    def listing(self, name: str) -> list[str]:
+        """The routers that list the node under any URL of its host."""
+        return [r for r, listed in self.lists.items() if any(vf.url_host(u) == name for u in listed)]
 
     def observe(self, name: str, faults: dict[str, t.Any]) -> dict[str, t.Any]:
         """vllm_node_state's result for this node (its shape: test_vllm_node_state.py)."""
@@ -80,6 +105,7 @@ class Fleet:
             "target": {"path": self.target, "env": self.target},
             "envs": {e: {"exists": True, "built": True} for e in ENVS},
             "files": {"unit": 0.0, "env_file": 0.0, "restart_marker": n["marker"]},
+            "listen": {"port": n["port"], "source": "process" if alive else "configured"},
             "journal": copy.deepcopy(n["journal"]), "hold": copy.deepcopy(n["hold"]),
             "reboot": {"pending": n["reboot"], "reason": "new kernel command line" if n["reboot"] else ""},
             "health": ({"status": None, "error": "timed out", "known": False, "tries": 3} if health_unknown
@@ -97,13 +123,13 @@ class Fleet:
             if (r, "router") in faults["unknown"]:
                 out.append({"item": item, "unreachable": True, "msg": "ssh: connect to host: Connection timed out"})
                 continue
-            workers = [{"url": self.url(name), "is_healthy": self.nodes[name]["alive"]} for name in listed]
+            workers = [{"url": url, "is_healthy": self.serves_at(url)} for url in sorted(listed)]
             out.append({"item": item, "status": 200, "json": {"workers": workers, "total": len(workers)}})
         return out
 
     def healthy_count(self, router: str) -> int:
         """What the router's own health check (every few seconds) reports healthy."""
-        return sum(1 for name in self.lists[router] if self.nodes[name]["alive"])
+        return sum(1 for url in self.lists[router] if self.serves_at(url))
 
 
 class Killed(Exception):
@@ -126,12 +152,13 @@ def check_may_stop(fleet: Fleet, name: str, step: str, unknown: bool) -> None:
     n = fleet.nodes[name]
     if not n["alive"]:
         return
-    listing = [r for r, listed in fleet.lists.items() if name in listed]
+    listing = fleet.listing(name)
     assert not listing, f"{name}: {step} of a live server while {listing} list it"
     assert not unknown, f"{name}: {step} of a live server although a read it depends on did not answer"
 
 
-def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.Any], reads: list) -> None:
+def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.Any], reads: list,
+            view: list[dict[str, t.Any]]) -> None:
     """serve_node.yml + execute.yml (the plan's server_steps) + recover.yml, for one node's plan."""
     n = fleet.nodes[name]
     unknown = any(k[0] in fleet.lists and k[1] == "router" for k in faults["unknown"]) or (
@@ -147,12 +174,13 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
             raise Killed()
 
     steps = list(p["steps"])
-    if "remove" in steps:
+    if "remove" in steps:  # worker_remove.yml: every URL each router lists the node under
         before = {r: fleet.healthy_count(r) for r in fleet.lists}
-        if vf.removal_problems(reads, [fleet.url(name)], SETTINGS):
+        if vf.removal_problems(reads, [u for r in view for u in r["urls"]], SETTINGS):
             raise Failed("floor")
-        for r in fleet.lists:
-            fleet.lists[r].discard(name)
+        for r in view:
+            if r["listed"]:
+                fleet.lists[r["name"]] -= set(r["urls"])
         for r in fleet.lists:
             assert fleet.healthy_count(r) >= min(FLOOR, before[r]), f"{r} went below its floor"
         assert not unknown, f"{name}: removed although a read it depends on did not answer"
@@ -162,15 +190,15 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
         step_done()
     if name in faults["readd"]:  # a second actor puts the node back while it is out (by hand, a script)
         for r in fleet.lists:
-            fleet.lists[r].add(name)
+            fleet.lists[r].add(fleet.at(name, n["port"]))
     # The node's own steps: the plan's server_steps in its order, as roles/vllm_server/tasks/
     # execute.yml runs them (one task file per kind).
     for kind in p["server_steps"]:
         if kind in ("stop", "canary", "switch", "reboot") or (kind == "start" and "restart" in steps):
             assert n["journal"] is not None, f"{name}: {kind} before the journal was written"
         if kind == "fence":  # steps/fence.yml: a fresh read; listed or unknown anywhere refuses
-            view = vf.router_view(fleet.reads(faults), fleet.url(name))
-            if any(r["listed"] or r["unknown"] for r in view):
+            fresh = fleet.view(name, fleet.reads(faults))
+            if any(r["listed"] or r["unknown"] for r in fresh):
                 STATS["fenced"] += 1
                 raise Failed("fence")
         elif kind == "journal":
@@ -195,7 +223,8 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
         elif kind == "start":
             if "restart" in steps:
                 check_may_stop(fleet, name, "restart", unknown)
-                n["alive"], n["running"], n["started"] = False, n["link"], fleet.tick()
+                # daemon-reload and restart: the unit this run rendered, on the inventory's port
+                n["alive"], n["running"], n["started"], n["port"] = False, n["link"], fleet.tick(), n["wanted"]
                 if name in faults["start_fails"]:
                     recover(fleet, name, p, {"start": {"ok": False, "stage": "start"}})
                     raise Failed("start")
@@ -213,10 +242,13 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
             n["journal"] = None
         else:
             assert kind in ("stop_canary", "prune"), f"{name}: a step kind the executor does not know: {kind}"
-    if "add" in steps:
-        for r in fleet.lists:
-            fleet.lists[r].add(name)
+    if "add" in steps:  # worker_add.yml: in under its URL, healthy; then its old URLs go
+        for r in view:
+            if r["reachable"]:
+                fleet.lists[r["name"]].add(fleet.url(name))
         step_done()
+        for stale in vf.stale_urls(fleet.reads(faults), fleet.url(name), [name], fleet.others(name)):
+            fleet.lists[stale["name"]].discard(stale["url"])
 
 
 def recover(fleet: Fleet, name: str, p: dict[str, t.Any], outcomes: dict[str, t.Any]) -> None:
@@ -229,7 +261,7 @@ def recover(fleet: Fleet, name: str, p: dict[str, t.Any], outcomes: dict[str, t.
         if p["rollback_previous"]:
             n["previous"] = p["rollback_previous"]
     if "start" in r["steps"]:
-        n["alive"], n["running"], n["started"] = True, n["link"], fleet.tick()
+        n["alive"], n["running"], n["started"], n["port"] = True, n["link"], fleet.tick(), n["wanted"]
     if "stop" in r["steps"]:
         n["alive"] = False
     if n["alive"] and n["running"] == p["from"]:
@@ -303,14 +335,25 @@ def serve_plays(fleet: Fleet, faults: dict[str, t.Any], requests: dict[str, t.An
 
 
 def reconcile(fleet: Fleet, faults: dict[str, t.Any]) -> None:
-    """Play 3 on each router host that answers: the serving nodes it lacks are added (the
-    inventory names every node here, so nothing is removed)."""
+    """Play 3 on each router host that answers (roles/vllm_router/tasks/reconcile.yml): the
+    inventory's URLs it lacks are added where a server answers; then, from a fresh read, what it
+    lists that the inventory no longer names is removed, a node's old URL only once the node is
+    in under its new one (else the serve plays move it, drained)."""
+    nodes = [{"url": fleet.url(name), "hosts": [name]} for name in fleet.nodes]
+    desired = [node["url"] for node in nodes]
     for r, listed in fleet.lists.items():
         if (r, "router") in faults["unknown"]:
             continue
-        for name, n in fleet.nodes.items():
-            if n["alive"] and name not in listed:
-                listed.add(name)
+        workers = [{"url": u, "is_healthy": fleet.serves_at(u)} for u in sorted(listed)]
+        listed.update(u for u in vf.reconcile(workers, desired, FLOOR, 1, nodes)["add"] if fleet.serves_at(u))
+        workers = [{"url": u, "is_healthy": fleet.serves_at(u)} for u in sorted(listed)]
+        changes = vf.reconcile(workers, desired, FLOOR, 1, nodes)
+        for url in changes["remove"]:
+            owner = vf.url_host(url)
+            if owner in fleet.nodes and fleet.serves_at(url):
+                assert fleet.serves_at(fleet.url(owner)) and fleet.url(owner) in listed, \
+                    f"{r}: {url} removed while its node serves nowhere else it lists"
+            listed.discard(url)
 
 
 def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], requests: dict[str, t.Any]) -> str:
@@ -320,8 +363,10 @@ def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], request
     if scope == "idle" and vv.Node(observed).serving:
         return "skipped"
     reads = fleet.reads(faults)
-    state = {"observed": observed, "routers": vf.router_view(reads, fleet.url(name)),
-             "start": True, "rendered": {}, "requests": requests,
+    view = fleet.view(name, reads)
+    n = fleet.nodes[name]
+    state = {"observed": observed, "routers": view,
+             "start": True, "rendered": {"unit_changed": n["alive"] and n["port"] != n["wanted"]}, "requests": requests,
              "canary": {"enabled": True, "stop_server": "auto", "batch_size": 1 if scope == "all" else len(fleet.nodes),
                         "hosts_count": len(fleet.nodes), "gpu_memory_gib": 16},
              "check_mode": False, "now": fleet.tick()}
@@ -335,12 +380,12 @@ def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], request
         STATS["held"] += 1
         return "held"
     try:
-        execute(fleet, name, p, faults, reads)
+        execute(fleet, name, p, faults, reads, view)
     except Failed:
         STATS["failed"] += 1
-        if fleet.nodes[name]["alive"] and p["routed"]:  # the rescue puts a node that still serves back
+        if n["alive"] and p["routed"]:  # the rescue puts a node that still serves back, where it serves
             for r in fleet.lists:
-                fleet.lists[r].add(name)
+                fleet.lists[r].add(fleet.at(name, n["port"]))
         return "failed"
     return "ok"
 
@@ -392,6 +437,10 @@ def world(fleet: Fleet, event: tuple[str, str]) -> None:
         fleet.nodes[arg]["marker"] = fleet.tick()
     elif kind == "reboot_pending":
         fleet.nodes[arg]["reboot"] = True
+    elif kind == "port":  # -e vllm_server_port=... or the inventory's port changed for this node
+        n = fleet.nodes[arg]
+        n["wanted"] = PORTS[1 - PORTS.index(n["wanted"])]
+        STATS["moves"] += 1
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None,
@@ -400,14 +449,16 @@ def world(fleet: Fleet, event: tuple[str, str]) -> None:
 def test_the_plan_keeps_the_invariants_and_converges(data):
     count = data.draw(st.integers(2, 3), label="nodes")
     names = [f"gpu{i:02d}" for i in range(1, count + 1)]
-    nodes = [dict(data.draw(node_strategy, label=name), name=name, started=900.0) for name in names]
+    nodes = [dict(data.draw(node_strategy, label=name), name=name, started=900.0, port=PORTS[0], wanted=PORTS[0])
+             for name in names]
     for n in nodes:
         if n["journal"] is None and n["alive"]:
             n["running"] = n["link"]  # without a killed run, a live server runs what the link names
     routers = list(ROUTERS[:data.draw(st.integers(1, 2), label="routers")])
     fleet = Fleet(nodes, routers, data.draw(st.sampled_from(ENVS), label="pins"))
     STATS["fleets"] += 1
-    events = st.tuples(st.sampled_from(("dies", "unlisted", "restart_asked", "reboot_pending")), st.sampled_from(names)) | \
+    events = st.tuples(st.sampled_from(("dies", "unlisted", "restart_asked", "reboot_pending", "port")),
+                       st.sampled_from(names)) | \
         st.tuples(st.just("pins"), st.sampled_from(ENVS))
     for _round in range(data.draw(st.integers(1, 4), label="rounds")):
         STATS["rounds"] += 1
@@ -426,12 +477,14 @@ def test_the_plan_keeps_the_invariants_and_converges(data):
     for name in names:
         n = fleet.nodes[name]
         state = {"observed": fleet.observe(name, NO_FAULTS), "start": True,
-                 "routers": vf.router_view(fleet.reads(NO_FAULTS), fleet.url(name)),
+                 "routers": fleet.view(name, fleet.reads(NO_FAULTS)),
                  "canary": {"batch_size": 1, "hosts_count": count}, "now": fleet.tick()}
         p = vp.plan(state)
         assert p["steps"] == [] and p["action"] in ("none", "hold"), f"{name}: {p['line']}"
         assert n["alive"] and n["running"] == n["link"] == p["to"] and n["journal"] is None, (name, n)
-        assert all(name in fleet.lists[r] for r in routers), (name, fleet.lists)
+        assert n["port"] == n["wanted"], (name, n)
+        assert all({u for u in fleet.lists[r] if vf.url_host(u) == name} == {fleet.url(name)} for r in routers), \
+            (name, fleet.lists)
 
 
 def test_the_model_is_not_vacuous():
@@ -439,4 +492,4 @@ def test_the_model_is_not_vacuous():
     invariants above were checked on nothing). Runs after the property test in this file."""
     assert STATS["fleets"] >= 100 and STATS["steps"] > 1000
     assert min(STATS["held"], STATS["killed"], STATS["failed"], STATS["fenced"], STATS["concurrent"],
-               STATS["takeovers"]) > 0, STATS
+               STATS["takeovers"], STATS["moves"]) > 0, STATS
