@@ -27,6 +27,11 @@ description:
     model and drafter revisions. The same fingerprint of what is on disk now says what changed since
     (C(start_record.changed)) - a restart is observed, not remembered, and a file put back with its
     old time reads as changed.
+  - The start record holds the unit as systemd loaded it - a start while systemd reported
+    C(NeedDaemonReload) (a run wrote the unit and was killed before its daemon-reload, then vLLM
+    crashed and systemd restarted the old unit from memory), or while that could not be read, is
+    recorded so that C(start_record.changed) names C(unit). The unit's C(NeedDaemonReload) now is
+    returned too (C(unit.need_daemon_reload)).
   - A record of another start (systemd's C(InvocationID) differs - it could not be written) or
     none falls back to times - a file written after systemd's C(ExecMainStartTimestampMonotonic)
     is a change (C(files)).
@@ -196,6 +201,9 @@ unit:
   description:
     - C(load_state), C(active_state), C(sub_state), C(main_pid), C(n_restarts), C(started) (epoch seconds or null).
     - C(invocation) - systemd's C(InvocationID) of the running start (empty when none).
+    - C(need_daemon_reload) - systemd's C(NeedDaemonReload) - true when the unit file or a drop-in
+      on disk is not what systemd loaded; a running server then runs the unit systemd had in memory,
+      a restart reason for the serve plan.
     - C(systemd) is false on a host systemd does not run (no C(/run/systemd/system)); the unit is then C(not-found) and nothing runs.
   returned: always
   type: dict

@@ -21,13 +21,14 @@ serve is not started over as an idle one, and a /metrics that did not answer kee
 
 Whether a restart is due is read from the node, not remembered: the running process uses
 another env than the one to serve, or something it loaded at its start changed since (its start
-record against what is on disk; file times without one), or a restart was requested after it
-started, or nothing runs. The journal the plan hands back (written
-to the node before the first step that changes anything, removed after the last) only keeps
-what cannot be observed later: the env that served before (the rollback target if the new one
-fails to start), the env it goes to, and whether that env's canary passed. What the node and
-the routers say is read in _nodeview; the line, the report and the recovery after a failed step
-are _nodereport's. Stdlib only, no Ansible imports: a filter plugin runs this on the controller.
+record against what is on disk; file times without one), or systemd has not loaded the unit file
+on disk (NeedDaemonReload), or a restart was requested after it started, or nothing runs. The
+journal the plan hands back (written to the node before the first step that changes anything,
+removed after the last) only keeps what cannot be observed later: the env that served before
+(the rollback target if the new one fails to start), the env it goes to, and whether that env's
+canary passed. What the node and the routers say is read in _nodeview; the line, the report and
+the recovery after a failed step are _nodereport's. Stdlib only, no Ansible imports: a filter
+plugin runs this on the controller.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ FILES_A_SERVER_FOLLOWS = (
     ("env_code", "vLLM's code in the env it runs (an install or a patch)"),
     ("model", "the model path (another revision)"), ("drafter", "the drafter path (another revision)"),
     ("restart_marker", "the restart request"))
+# A live server while systemd says NeedDaemonReload: it runs the unit systemd had in memory (a run
+# wrote the file and stopped before its daemon-reload; a crash restart since starts that old unit
+# too). The restart runs daemon-reload first (roles/vllm_server/tasks/start.yml).
+UNIT_NOT_LOADED = ("the unit file on disk is not the one systemd loaded (daemon-reload pending): "
+                   "the server runs the old unit")
 # What a canary beside a live server leaves free for that server's own allocations.
 CANARY_RESERVE_MIB = 1024
 
@@ -188,6 +194,8 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
             for name, text in FILES_A_SERVER_FOLLOWS:
                 if node.changed_since_start(name):
                     restart_reasons.append(f"{text} changed after the server started")
+            if node.need_daemon_reload:
+                restart_reasons.append(UNIT_NOT_LOADED)
         elif node.files.get("restart_marker") is not None:
             restart_reasons.append("a restart was requested")
         since = _float(req.get("restart_since"))

@@ -4,10 +4,11 @@
 The serve plan (`_nodeplan`) decides from this and nothing else: which env the running
 process uses (its interpreter path: uv and venv scripts name the env's real directory in their
 shebang, so the kernel puts it in argv[0]), when that process started (systemd's monotonic
-start timestamp, turned into epoch seconds), the env link and `<link>.previous` as real paths,
-which envs are built, what changed since the server's start record (_startrecord) or, without
-one, the mtimes of the files a restart must follow, the journal a killed run left, a rollback
-hold, and the server's own /health and /metrics.
+start timestamp, turned into epoch seconds), whether systemd loaded the unit file on disk
+(NeedDaemonReload), the env link and `<link>.previous` as real paths, which envs are built,
+what changed since the server's start record (_startrecord) or, without one, the mtimes of the
+files a restart must follow, the journal a killed run left, a rollback hold, and the server's
+own /health and /metrics.
 Stdlib only, Python 3.9+, no Ansible imports: it runs on the managed node.
 """
 
@@ -24,7 +25,7 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _startr
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._metrics import parse_prometheus, spec_decode_counters
 
 UNIT_FIELDS = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts",
-               "ExecMainStartTimestampMonotonic", "InvocationID")
+               "ExecMainStartTimestampMonotonic", "InvocationID", "NeedDaemonReload")
 GAUGE_RUNNING = "vllm:num_requests_running"
 GAUGE_WAITING = "vllm:num_requests_waiting"
 # KV-cache usage per engine, a fraction (1 = full); the node's is its fullest engine's.
@@ -38,7 +39,9 @@ class StateError(ValueError):
 
 
 def unit_view(props: t.Mapping[str, str], mono_now: float, wall_now: float) -> dict[str, t.Any]:
-    """systemctl show's properties as the plan reads them; `started` in epoch seconds."""
+    """systemctl show's properties as the plan reads them; `started` in epoch seconds;
+    `need_daemon_reload`: the unit file (or a drop-in) on disk is not what systemd loaded, so a
+    running server runs the unit systemd had in memory."""
     def number(key: str) -> int:
         try:
             return int(props.get(key) or 0)
@@ -52,6 +55,7 @@ def unit_view(props: t.Mapping[str, str], mono_now: float, wall_now: float) -> d
         "main_pid": number("MainPID"),
         "n_restarts": number("NRestarts"),
         "invocation": props.get("InvocationID", ""),
+        "need_daemon_reload": props.get("NeedDaemonReload") == "yes",
         "started": (wall_now - mono_now + started_mono / 1e6) if started_mono else None,
     }
 

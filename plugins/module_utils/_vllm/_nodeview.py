@@ -55,6 +55,7 @@ class Node:
         self.active_state = str(unit.get("active_state") or "")
         self.sub_state = str(unit.get("sub_state") or "")
         self.main_pid = _int(unit.get("main_pid"))
+        self.need_daemon_reload = _bool(unit.get("need_daemon_reload"))
         process = dict(raw.get("process") or {})
         self.process_env = str(process.get("env") or "")
         self.process_started = _float(process.get("started"))

@@ -10,6 +10,12 @@ for each name that differs. A fingerprint, not a time: a file put back with its 
 patch's rollback), a link switched back or a revision's manifest replaced reads as what it is,
 and no handler that a failed task drops is needed to remember it.
 
+The unit is recorded as systemd loaded it, not only as the file reads: when systemd says the file
+on disk is not the one it loaded (NeedDaemonReload: a run wrote the unit and was killed before its
+daemon-reload, then vLLM crashed and systemd restarted the unit it had in memory), or cannot say,
+the unit's digest is recorded marked, so the next comparison names the unit and the plan restarts
+the server (after a daemon-reload) instead of taking the old flags for the new ones.
+
 The fingerprint reads, never imports: file digests, stat calls over vLLM's code (its
 `*.dist-info` directories and the files under `vllm/`, bytecode left out, ~0.05 s for 3,500
 files), the link's real path and a revision's manifest. Stdlib only, Python 3.9+, no import from
@@ -23,6 +29,7 @@ import glob
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +41,10 @@ FIELDS = ("unit", "env_file", "nccl_conf", "env_code", "model", "drafter")
 # Where vllm_weights keeps a staged revision's manifest, and `hf download --local-dir` its commits.
 MANIFEST = os.path.join(".gpuserve", "manifest.json")
 HF_METADATA = os.path.join(".cache", "huggingface", "download")
+# By absolute path, with an empty environment: root runs this with the unit's environment, whose
+# PATH the env file could set. The start waits for it at most SYSTEMCTL_TIMEOUT seconds.
+SYSTEMCTL = ("/usr/bin/systemctl", "/bin/systemctl")
+SYSTEMCTL_TIMEOUT = 5
 
 
 class RecordError(ValueError):
@@ -135,6 +146,35 @@ def fingerprint(unit: str, env_file: str, nccl_conf: str, env: str, model: str, 
             "env_code": code_digest(env), "model": checkpoint_identity(model), "drafter": checkpoint_identity(drafter)}
 
 
+def need_daemon_reload(unit: str) -> str:
+    """systemd's NeedDaemonReload for the unit whose file is `unit` (systemd names a unit by its
+    file): `yes`, `no`, or `unknown: <why>`. Never raises: whatever happens, the start goes on."""
+    systemctl = next((path for path in SYSTEMCTL if os.path.exists(path)), "")
+    if not systemctl:
+        return f"unknown: no {' or '.join(SYSTEMCTL)}"
+    argv = [systemctl, "show", "--property=NeedDaemonReload", "--value", os.path.basename(unit)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env={}, timeout=SYSTEMCTL_TIMEOUT, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown: {exc}"
+    value = done.stdout.strip()
+    if done.returncode != 0 or value not in ("yes", "no"):
+        return f"unknown: systemctl show exited {done.returncode}, {(value or done.stderr.strip())[:200]!r}"
+    return value
+
+
+def as_loaded(digest: str, need_reload: str) -> str:
+    """The unit's digest as this start loaded it: the file's when systemd loaded that file (no
+    daemon-reload pending), else marked so that it equals no file's digest: what ran is the unit
+    systemd had in memory, or is not known to be the file. Unknown is not "loaded": the next run
+    restarts the server (its start runs daemon-reload first) and that start records again."""
+    if need_reload == "no":
+        return digest
+    if need_reload == "yes":
+        return f"not loaded (daemon-reload pending): {digest}"
+    return f"not known to be loaded (NeedDaemonReload {need_reload}): {digest}"
+
+
 def changed(started: t.Mapping[str, t.Any], now: t.Mapping[str, t.Any]) -> list[str]:
     """The names of FIELDS whose value at the start differs from now's, in FIELDS' order. A file
     that cannot be read now is not a change (unknown is not changed: see unreadable())."""
@@ -188,7 +228,8 @@ def write(path: str, record: t.Mapping[str, t.Any]) -> None:
 
 def main(argv: t.Sequence[str] | None = None, environ: t.Mapping[str, str] | None = None) -> int:
     """ExecStartPre: record this start. Without INVOCATION_ID (not run by systemd) it writes
-    nothing: a record must name the start it describes."""
+    nothing: a record must name the start it describes. The unit is recorded as systemd loaded
+    it (as_loaded)."""
     parser = argparse.ArgumentParser(description="Record what a vLLM server starts with (gpuserve.vllm).")
     parser.add_argument("--record", required=True)
     parser.add_argument("--executable", required=True)
@@ -201,6 +242,8 @@ def main(argv: t.Sequence[str] | None = None, environ: t.Mapping[str, str] | Non
         return 2
     env = env_of(args.executable)
     files = fingerprint(args.unit, args.env_file, args.nccl_conf, env, args.model, args.drafter)
+    if args.unit:
+        files["unit"] = as_loaded(files["unit"], need_daemon_reload(args.unit))
     write(args.record, make(invocation, env, files, time.time()))
     return 0
 

@@ -48,6 +48,23 @@ def test_systemd_whose_systemctl_fails_is_an_error(tmp_path: Path, monkeypatch: 
     assert result["failed"] and "systemctl show vllm.service failed (rc 1): Failed to connect to bus" in result["msg"]
 
 
+def test_a_unit_file_systemd_has_not_loaded_is_returned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """systemctl show is asked for NeedDaemonReload and its `yes` returned (a unit a killed run
+    wrote, not loaded: the serve plan restarts the server for it)."""
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    (tmp_path / "bin").mkdir()
+    systemctl = tmp_path / "bin" / "systemctl"
+    systemctl.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" > {tmp_path / 'argv'}\n"
+                         "printf 'MainPID=0\\nNRestarts=1\\nLoadState=loaded\\nActiveState=failed\\nSubState=failed\\n"
+                         "ExecMainStartTimestampMonotonic=0\\nInvocationID=\\nNeedDaemonReload=yes\\n'\n")
+    systemctl.chmod(0o755)
+    result = run_module_main(vllm_node_state, _args(tmp_path), monkeypatch)
+    assert not result.get("failed"), result
+    assert "--property=NeedDaemonReload" in (tmp_path / "argv").read_text().split()
+    assert result["unit"]["need_daemon_reload"] is True and result["unit"]["active_state"] == "failed"
+
+
 @pytest.fixture()
 def silent_port():
     """A loopback port that accepts connections and never answers (a hung server or a lost scrape)."""

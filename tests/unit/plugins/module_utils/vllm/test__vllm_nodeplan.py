@@ -23,15 +23,16 @@ def node(*, running: str | None = A, healthy: bool = True, link: str = A, previo
          files: dict | None = None, built: tuple = (A, B, C), gpus: list | None = None,
          metrics: bool | None = None, unit: str = "loaded", reboot: bool = False,
          sub: str | None = None, health_known: bool = True, metrics_known: bool = True,
-         start_record: dict | None = None) -> dict:
+         start_record: dict | None = None, need_daemon_reload: bool = False) -> dict:
     """A vllm_node_state result: `running` is the env of the live process (None: not running);
     `health_known`/`metrics_known` False: the read timed out (tests/unit/plugins/modules/
-    test_vllm_node_state.py makes one against a real socket that never answers)."""
+    test_vllm_node_state.py makes one against a real socket that never answers);
+    `need_daemon_reload`: systemd's NeedDaemonReload=yes (the unit file was written, not loaded)."""
     alive = running is not None
     return {
         "unit": {"load_state": unit, "active_state": "active" if alive else "failed",
                  "sub_state": sub or ("running" if alive else "failed"), "main_pid": 4242 if alive else 0,
-                 "started": T0 if alive else None},
+                 "started": T0 if alive else None, "need_daemon_reload": need_daemon_reload},
         "process": {"env": running or "", "started": T0 if alive else None},
         "link": {"path": "/opt/ml-env", "kind": "link" if link else "absent", "env": link},
         "previous": {"path": "/opt/ml-env.previous", "kind": "link" if previous else "absent", "env": previous},
@@ -116,6 +117,14 @@ CASES = [
     ("unit written after the server started (killed before the restart)",
      node(target=A, files={"unit": T0 + 10, "env_file": T0 - 100, "restart_marker": None}), LISTED, {},
      ["remove", "drain", "restart", "health", "add"], "restart"),
+    ("unit written, not loaded (killed before daemon-reload; a crash restart since): a drained restart",
+     node(target=A, need_daemon_reload=True), LISTED, {}, ["remove", "drain", "restart", "health", "add"], "restart"),
+    ("unit written, not loaded, unrouted: a restart", node(target=A, need_daemon_reload=True), [], {},
+     ["restart", "health"], "restart"),
+    ("unit written, not loaded, server dead: the start (it reloads first)",
+     node(running=None, target=A, need_daemon_reload=True), LISTED, {}, ["remove", "restart", "health", "add"], "start"),
+    ("unit written, not loaded, no GPU (vllm_server_start false): nothing starts",
+     node(running=None, target=A, need_daemon_reload=True), [], {"start": False}, [], "none"),
     ("NCCL configuration written after the server started: a drained restart",
      node(target=A, files={"unit": T0 - 100, "env_file": T0 - 100, "nccl_conf": T0 + 30, "restart_marker": None}),
      LISTED, {}, ["remove", "drain", "restart", "health", "add"], "restart"),
@@ -564,6 +573,46 @@ def test_what_changed_since_the_start_decides_the_restart(name, record_key, in_r
         assert f"{text} changed after the server started" in result["restart_reasons"]
     if record["error"]:
         assert record["error"] + ": what changed since its start is read from file times" in result["line"]
+
+
+def test_a_unit_systemd_has_not_loaded_restarts_a_live_server_and_says_why():
+    """A run rendered the unit and stopped before its daemon-reload; vLLM crashed and systemd
+    started the old unit from memory, after the file's time: only systemd's NeedDaemonReload
+    says that the new flags do not run (the times say nothing, the record may be another start's)."""
+    files = {"unit": T0 - 5, "env_file": T0 - 100, "restart_marker": None}
+    live = plan(node(target=A, files=files, need_daemon_reload=True), LISTED)
+    assert live["restart_reasons"] == [
+        "the unit file on disk is not the one systemd loaded (daemon-reload pending): the server runs the old unit"]
+    assert "daemon-reload pending" in live["line"] and live["journal"]["why"] == live["restart_reasons"]
+    assert live["server_steps"] == ["journal", "fence", "start", "clear_restart", "journal_done"]
+    assert not live["converged"]
+    # Its start record names the unit too (written at that start: _startrecord marks the digest).
+    record = {"present": True, "current": True, "changed": ["unit"], "error": ""}
+    both = plan(node(target=A, files=files, need_daemon_reload=True, start_record=record), LISTED)
+    assert both["restart_reasons"] == ["the systemd unit changed after the server started", vp.UNIT_NOT_LOADED]
+    # A dead server is started, with one reason: what a start does reloads the unit anyway.
+    dead = plan(node(running=None, target=A, need_daemon_reload=True), LISTED)
+    assert dead["restart_reasons"] == ["not running (failed/failed)"]
+    # Held like every restart of a live server while a read does not answer.
+    assert plan(node(target=A, need_daemon_reload=True), UNKNOWN)["action"] == "held"
+
+
+def test_every_restart_the_plan_lists_loads_the_unit_first():
+    """roles/vllm_server: a plan's `restart` (and a recovery's start) runs start.yml's restart
+    block, whose first step is a daemon-reload: the unit the server then runs is the file on disk."""
+    import yaml
+    from pathlib import Path
+
+    tasks = Path(__file__).resolve().parents[5] / "roles" / "vllm_server" / "tasks"
+    step = yaml.safe_load((tasks / "steps" / "start.yml").read_text())[0]
+    assert step["vars"]["__vllm_server_start_restart"] == "{{ 'restart' in vllm_server_node_plan.steps }}"
+    run = next(t for t in yaml.safe_load((tasks / "start.yml").read_text()) if "block" in t)
+    restart = next(t for t in run["block"] if t.get("when") == "__vllm_server_start_restart | bool")["block"]
+    systemd = [t["ansible.builtin.systemd_service"] for t in restart if "ansible.builtin.systemd_service" in t]
+    assert systemd[0]["daemon_reload"] is True and systemd[-1]["state"] == "restarted"
+    recover = yaml.safe_load((tasks / "recover.yml").read_text())
+    assert any(t.get("vars", {}).get("__vllm_server_start_restart") is True
+               for block in recover for t in block.get("block", []))
 
 
 def test_a_fingerprint_not_read_now_restarts_nothing_and_is_said():

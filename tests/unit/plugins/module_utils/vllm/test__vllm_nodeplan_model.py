@@ -1,15 +1,18 @@
 """A model-based test of the serve plan: generated fleets and faults through the real plan code.
 
 hypothesis draws a fleet (nodes x the env each runs and its links x a journal left by a killed
-run x a rollback hold x the routers listing it) and a sequence of rounds. Each round is world
-events (a server dies, a node is taken out of a router by hand, the pins change, a restart or a
-rollback is asked for, a reboot becomes pending, the inventory moves a node to another port)
-and one site.yml run with faults (a router's or
-a node's read that does not answer, the run killed after any step, a canary or a start that
-fails, a second operator's run started while it runs). Each run takes the fleet lock first with
-the real `_lock.decide()`: a second run while the first lives is refused and changes nothing; the
-lock a killed run left is taken over by the next. The run is simulated the way playbooks/tasks/serve_node.yml and roles/vllm_server/tasks/
-execute.yml and recover.yml execute a plan: real `_nodeplan.plan()`, `recovery()` and
+run x a rollback hold x a unit file systemd has not loaded x whether its start record is the
+running start's x the routers listing it) and a sequence of rounds. Each round is world events
+(a server dies, a node is taken out of a router by hand, the pins change, a restart or a
+rollback is asked for, a reboot becomes pending, the inventory moves a node to another port, a
+run writes the unit and is killed before its daemon-reload, a server crashes and systemd
+restarts the unit it has in memory) and one site.yml run with faults (a router's or a node's
+read that does not answer, the run killed after any step, a canary or a start that fails, a
+second operator's run started while it runs). Each run takes the fleet lock first with the real
+`_lock.decide()`: a second run while the first lives is refused and changes nothing; the lock a
+killed run left is taken over by the next. The run is simulated the way
+playbooks/tasks/serve_node.yml and roles/vllm_server/tasks/execute.yml and recover.yml execute a
+plan: real `_nodeplan.plan()`, `recovery()` and
 `_fleet.removal_problems()`, one node at a time (gpuserve_serial 1), the rollout stopping at the
 first failed node, a held node left as it is while the others carry on.
 
@@ -17,8 +20,9 @@ Asserted after every step: a live server is never stopped or restarted while any
 under any URL, its old port's too (whatever that router's read said); a node whose reads did not all answer gets no disruptive step;
 a removal never takes a router below its floor. Asserted at the end: once the faults stop, two
 runs bring every node to serving what its plan says, listed healthy by every router, no journal,
-and the next plan has no step; every router lists each node under its inventory URL alone. The
-figures are printed at the end of the unit step.
+and the next plan has no step; every router lists each node under its inventory URL alone, and
+every server runs the unit file on disk (a node without a start record of its own start is seen
+by systemd's NeedDaemonReload alone). The figures are printed at the end of the unit step.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ PORTS = (8000, 8010)
 FLOOR = 1
 DISRUPTIVE = ("stop", "restart", "reboot")
 STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0, "moves": 0,
-                         "refused": 0, "killed": 0, "failed": 0, "fenced": 0, "concurrent": 0, "takeovers": 0}
+                         "refused": 0, "killed": 0, "failed": 0, "fenced": 0, "concurrent": 0, "takeovers": 0,
+                         "not_loaded": 0}
 
 
 class Fleet:
@@ -89,22 +94,27 @@ class Fleet:
         return [r for r, listed in self.lists.items() if any(vf.url_host(u) == name for u in listed)]
 
     def observe(self, name: str, faults: dict[str, t.Any]) -> dict[str, t.Any]:
-        """vllm_node_state's result for this node (its shape: test_vllm_node_state.py)."""
+        """vllm_node_state's result for this node (its shape: test_vllm_node_state.py). A node
+        whose start record works names the unit changed while its server runs an older unit than
+        the file (the record of a start systemd made from memory is marked: _startrecord)."""
         n = self.nodes[name]
         alive = n["alive"]
         health_unknown = alive and (name, "health") in faults["unknown"]
         metrics_unknown = (name, "metrics") in faults["unknown"]
+        record = ({"present": True, "current": True, "changed": ["unit"] if n["old_unit"] else [], "error": ""}
+                  if alive and n["record"] else {"present": False, "current": False, "changed": [], "error": ""})
         return {
             "unit": {"load_state": "loaded", "active_state": "active" if alive else "failed",
                      "sub_state": "running" if alive else "failed", "main_pid": 4242 if alive else 0,
-                     "started": n["started"] if alive else None},
+                     "started": n["started"] if alive else None, "need_daemon_reload": n["not_loaded"]},
             "process": {"env": n["running"] if alive else "", "started": n["started"] if alive else None},
             "link": {"path": "/opt/ml-env", "kind": "link", "env": n["link"]},
             "previous": {"path": "/opt/ml-env.previous", "kind": "link" if n["previous"] else "absent",
                          "env": n["previous"]},
             "target": {"path": self.target, "env": self.target},
             "envs": {e: {"exists": True, "built": True} for e in ENVS},
-            "files": {"unit": 0.0, "env_file": 0.0, "restart_marker": n["marker"]},
+            "files": {"unit": n["unit_written"], "env_file": 0.0, "restart_marker": n["marker"]},
+            "start_record": record,
             "listen": {"port": n["port"], "source": "process" if alive else "configured"},
             "journal": copy.deepcopy(n["journal"]), "hold": copy.deepcopy(n["hold"]),
             "reboot": {"pending": n["reboot"], "reason": "new kernel command line" if n["reboot"] else ""},
@@ -218,13 +228,14 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
             step_done()
         elif kind == "reboot":
             check_may_stop(fleet, name, "reboot", unknown)
-            n["alive"], n["reboot"] = False, False
+            n["alive"], n["reboot"], n["not_loaded"] = False, False, False  # the boot loads every unit file
             step_done()
         elif kind == "start":
             if "restart" in steps:
                 check_may_stop(fleet, name, "restart", unknown)
                 # daemon-reload and restart: the unit this run rendered, on the inventory's port
                 n["alive"], n["running"], n["started"], n["port"] = False, n["link"], fleet.tick(), n["wanted"]
+                n["not_loaded"] = n["old_unit"] = False
                 if name in faults["start_fails"]:
                     recover(fleet, name, p, {"start": {"ok": False, "stage": "start"}})
                     raise Failed("start")
@@ -262,6 +273,7 @@ def recover(fleet: Fleet, name: str, p: dict[str, t.Any], outcomes: dict[str, t.
             n["previous"] = p["rollback_previous"]
     if "start" in r["steps"]:
         n["alive"], n["running"], n["started"], n["port"] = True, n["link"], fleet.tick(), n["wanted"]
+        n["not_loaded"] = n["old_unit"] = False  # start.yml: daemon-reload, then the restart
     if "stop" in r["steps"]:
         n["alive"] = False
     if n["alive"] and n["running"] == p["from"]:
@@ -376,6 +388,7 @@ def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], request
         STATS["refused"] += 1
         return "failed"
     STATS["plans"] += 1
+    STATS["not_loaded"] += p["restart_reasons"] == [vp.UNIT_NOT_LOADED]  # what only NeedDaemonReload tells
     if p["held"]:
         STATS["held"] += 1
         return "held"
@@ -407,6 +420,8 @@ node_strategy = st.fixed_dictionaries({
                                   st.sampled_from(ENVS), st.sampled_from(ENVS)),
     "reboot": st.booleans(),
     "marker": st.none() | st.just(500.0) | st.just(5000.0),
+    "record": st.booleans(),  # its start record is its running start's own (else: file times)
+    "not_loaded": st.booleans(),  # a killed run's unit on disk, systemd's NeedDaemonReload
     "unlisted": st.sets(st.sampled_from(ROUTERS)),
 })
 
@@ -441,6 +456,13 @@ def world(fleet: Fleet, event: tuple[str, str]) -> None:
         n = fleet.nodes[arg]
         n["wanted"] = PORTS[1 - PORTS.index(n["wanted"])]
         STATS["moves"] += 1
+    elif kind == "unit_written":  # a run rendered the unit and was killed before its daemon-reload
+        n = fleet.nodes[arg]
+        n["unit_written"], n["not_loaded"], n["old_unit"] = fleet.tick(), True, n["alive"]
+    elif kind == "crash_restart":  # vLLM crashed, systemd restarted the unit it has in memory
+        n = fleet.nodes[arg]
+        if n["alive"]:
+            n["started"], n["old_unit"] = fleet.tick(), n["not_loaded"]
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None,
@@ -449,16 +471,17 @@ def world(fleet: Fleet, event: tuple[str, str]) -> None:
 def test_the_plan_keeps_the_invariants_and_converges(data):
     count = data.draw(st.integers(2, 3), label="nodes")
     names = [f"gpu{i:02d}" for i in range(1, count + 1)]
-    nodes = [dict(data.draw(node_strategy, label=name), name=name, started=900.0, port=PORTS[0], wanted=PORTS[0])
-             for name in names]
+    nodes = [dict(data.draw(node_strategy, label=name), name=name, started=900.0, unit_written=0.0,
+                  port=PORTS[0], wanted=PORTS[0]) for name in names]
     for n in nodes:
         if n["journal"] is None and n["alive"]:
             n["running"] = n["link"]  # without a killed run, a live server runs what the link names
+        n["old_unit"] = n["alive"] and n["not_loaded"]
     routers = list(ROUTERS[:data.draw(st.integers(1, 2), label="routers")])
     fleet = Fleet(nodes, routers, data.draw(st.sampled_from(ENVS), label="pins"))
     STATS["fleets"] += 1
-    events = st.tuples(st.sampled_from(("dies", "unlisted", "restart_asked", "reboot_pending", "port")),
-                       st.sampled_from(names)) | \
+    events = st.tuples(st.sampled_from(("dies", "unlisted", "restart_asked", "reboot_pending", "port", "unit_written",
+                                        "crash_restart")), st.sampled_from(names)) | \
         st.tuples(st.just("pins"), st.sampled_from(ENVS))
     for _round in range(data.draw(st.integers(1, 4), label="rounds")):
         STATS["rounds"] += 1
@@ -483,6 +506,7 @@ def test_the_plan_keeps_the_invariants_and_converges(data):
         assert p["steps"] == [] and p["action"] in ("none", "hold"), f"{name}: {p['line']}"
         assert n["alive"] and n["running"] == n["link"] == p["to"] and n["journal"] is None, (name, n)
         assert n["port"] == n["wanted"], (name, n)
+        assert not n["old_unit"] and not n["not_loaded"], f"{name} runs a unit systemd has not loaded: {n}"
         assert all({u for u in fleet.lists[r] if vf.url_host(u) == name} == {fleet.url(name)} for r in routers), \
             (name, fleet.lists)
 
@@ -492,4 +516,4 @@ def test_the_model_is_not_vacuous():
     invariants above were checked on nothing). Runs after the property test in this file."""
     assert STATS["fleets"] >= 100 and STATS["steps"] > 1000
     assert min(STATS["held"], STATS["killed"], STATS["failed"], STATS["fenced"], STATS["concurrent"],
-               STATS["takeovers"], STATS["moves"]) > 0, STATS
+               STATS["takeovers"], STATS["moves"], STATS["not_loaded"]) > 0, STATS

@@ -82,13 +82,26 @@ def test_processes_that_are_not_an_env(argv, note):
 def test_unit_view_from_systemctl_show():
     # `systemctl show vllm.service -p ...` of a running unit (systemd 252, the molecule image's).
     text = ("LoadState=loaded\nActiveState=active\nSubState=running\nMainPID=4242\nNRestarts=0\n"
-            "ExecMainStartTimestampMonotonic=3600000000\n")
+            "ExecMainStartTimestampMonotonic=3600000000\nNeedDaemonReload=no\n")
     view = ns.unit_view(parse_systemctl_show(text), mono_now=3700.0, wall_now=1_800_000_000.0)
     assert view["main_pid"] == 4242 and view["active_state"] == "active"
     assert view["started"] == pytest.approx(1_800_000_000.0 - 100)
+    assert view["need_daemon_reload"] is False
     dead = ns.unit_view(parse_systemctl_show("LoadState=not-found\nActiveState=inactive\nMainPID=0\n"
                                              "ExecMainStartTimestampMonotonic=0\n"), 1.0, 2.0)
     assert dead["started"] is None and dead["load_state"] == "not-found"
+    assert dead["need_daemon_reload"] is False
+
+
+def test_a_unit_file_systemd_has_not_loaded_is_read():
+    """The unit rendered by a run killed before its daemon-reload, vLLM restarted by systemd since
+    (NRestarts 1): systemd runs the unit it had in memory and says so."""
+    assert "NeedDaemonReload" in ns.UNIT_FIELDS  # what vllm_node_state asks systemctl show for
+    text = ("LoadState=loaded\nActiveState=active\nSubState=running\nMainPID=5151\nNRestarts=1\n"
+            "ExecMainStartTimestampMonotonic=3690000000\nNeedDaemonReload=yes\n"
+            "InvocationID=5f4c2d9e0a7b4e1f8c3d2b1a09876543\n")
+    view = ns.unit_view(parse_systemctl_show(text), mono_now=3700.0, wall_now=1_800_000_000.0)
+    assert view["need_daemon_reload"] is True and view["n_restarts"] == 1
 
 
 def test_gauges_and_progress():

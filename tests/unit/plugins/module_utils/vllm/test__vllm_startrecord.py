@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -15,6 +16,37 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodest
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _startrecord as sr
 
 SCRIPT = sr.__file__
+# systemctl when systemd does not run the host (this one's own, Ubuntu 22.04's systemd 249).
+NOT_BOOTED = ("System has not been booted with systemd as init system (PID 1). Can't operate.\n"
+              "Failed to connect to bus: Host is down\n")
+
+
+class Systemctl:
+    """A stand-in for /usr/bin/systemctl: it keeps its arguments and answers as systemd does
+    (`show --property=NeedDaemonReload --value vllm.service` prints `no` or `yes` and a newline)."""
+
+    def __init__(self, folder):
+        folder.mkdir()
+        self.path, self.log = folder / "systemctl", folder / "calls"
+        self.answer("no\n")
+
+    def answer(self, stdout="", rc=0, stderr="", hang=False):
+        body = ("exec /bin/sleep 30\n" if hang else
+                f"printf '%s' {shlex.quote(stdout)}\nprintf '%s' {shlex.quote(stderr)} >&2\nexit {rc}\n")
+        self.path.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {shlex.quote(str(self.log))}\n" + body)
+        self.path.chmod(0o755)
+
+    @property
+    def calls(self):
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+@pytest.fixture(autouse=True)
+def systemd(tmp_path, monkeypatch):
+    """Every start here asks the stand-in, never the host's systemctl (the answer would depend on the host)."""
+    systemctl = Systemctl(tmp_path / "sbin")
+    monkeypatch.setattr(sr, "SYSTEMCTL", (str(systemctl.path),))
+    return systemctl
 
 
 def make_env(root, version="0.17.0"):
@@ -170,13 +202,17 @@ def test_hf_download_commits_name_a_revision(tmp_path):
     assert sr.checkpoint_identity(str(tmp_path / "nothing")) == "absent"
 
 
-def test_the_script_runs_alone_as_systemd_runs_it(node, tmp_path):
+def test_the_script_runs_alone_as_systemd_runs_it(node, tmp_path, systemd):
     """ExecStartPre runs the installed copy with `python3 -I -B`: it imports nothing from the
-    collection (a copy outside it works) and leaves no bytecode."""
+    collection (a copy outside it works) and leaves no bytecode. It asks systemctl by its absolute
+    path (here the stand-in's, put in the copy) whether the unit file is the one systemd loaded."""
     _tmp, _site, paths = node
     copy = tmp_path / "libexec" / "vllm_start_record.py"
     copy.parent.mkdir()
-    copy.write_text(open(SCRIPT, encoding="utf-8").read())
+    source = open(SCRIPT, encoding="utf-8").read()
+    line = 'SYSTEMCTL = ("/usr/bin/systemctl", "/bin/systemctl")'
+    assert line in source
+    copy.write_text(source.replace(line, f"SYSTEMCTL = ({str(systemd.path)!r},)"))
     argv = [sys.executable, "-I", "-B", str(copy), "--record", paths["record"], "--executable", paths["executable"],
             "--unit", paths["unit"], "--env-file", paths["env_file"], "--nccl-conf", paths["nccl_conf"],
             "--model", paths["model"], "--drafter", paths["drafter"]]
@@ -186,6 +222,60 @@ def test_the_script_runs_alone_as_systemd_runs_it(node, tmp_path):
     assert json.load(open(paths["record"], encoding="utf-8"))["invocation"] == "feed"
     assert changed_now(paths, "feed") == []
     assert not list(copy.parent.glob("**/*.pyc"))
+    assert systemd.calls == ["show --property=NeedDaemonReload --value vllm.service"]
+    systemd.answer("yes\n")
+    done = subprocess.run(argv, env={"INVOCATION_ID": "beef", "PATH": "/usr/bin:/bin"}, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert changed_now(paths, "beef") == ["unit"]
+
+
+def test_a_start_of_a_unit_systemd_has_not_loaded_names_the_unit(node, systemd):
+    """A run renders a new unit and is killed before its daemon-reload; vLLM crashes and systemd
+    restarts the old unit from memory. The record of that start must not say it loaded the new
+    file, or the next plan finds nothing changed and the new flags never run."""
+    tmp, _site, paths = node
+    record_start(paths, invocation="first")
+    assert changed_now(paths, "first") == []
+    (tmp / "vllm.service").write_text("vllm.service --max-num-seqs 512\n")  # the killed run's unit
+    systemd.answer("yes\n")
+    record_start(paths, invocation="crash-restart")
+    assert changed_now(paths, "crash-restart") == ["unit"]
+    unit = sr.read(paths["record"])["fingerprint"]["unit"]
+    assert unit == "not loaded (daemon-reload pending): " + sr.file_digest(paths["unit"])
+    # The plan's restart reloads first (start.yml): that start loaded the file, nothing is left.
+    systemd.answer("no\n")
+    record_start(paths, invocation="restart")
+    assert changed_now(paths, "restart") == []
+    assert systemd.calls == ["show --property=NeedDaemonReload --value vllm.service"] * 3
+
+
+@pytest.mark.parametrize("reply, why", [
+    ({"rc": 1, "stderr": NOT_BOOTED}, "systemctl show exited 1, \"System has not been booted with systemd"),
+    ({"stdout": "\n"}, "systemctl show exited 0, ''"),
+    ({"hang": True}, "timed out after 0.5 seconds"),
+    (None, "no /nonexistent/systemctl"),
+], ids=["systemctl fails", "no value", "systemctl hangs", "no systemctl"])
+def test_a_start_whose_unit_load_is_not_known_names_the_unit(node, systemd, monkeypatch, reply, why):
+    """Unknown is not "loaded": the start goes on (the record is written, at most
+    SYSTEMCTL_TIMEOUT late) and the next plan restarts the server, whose start records again."""
+    _tmp, _site, paths = node
+    monkeypatch.setattr(sr, "SYSTEMCTL_TIMEOUT", 0.5)
+    if reply is None:
+        monkeypatch.setattr(sr, "SYSTEMCTL", ("/nonexistent/systemctl",))
+    else:
+        systemd.answer(**reply)
+    record_start(paths)
+    unit = sr.read(paths["record"])["fingerprint"]["unit"]
+    assert unit.startswith("not known to be loaded (NeedDaemonReload unknown: ") and why in unit, unit
+    assert unit.endswith("): " + sr.file_digest(paths["unit"]))
+    assert changed_now(paths) == ["unit"]
+
+
+def test_a_start_without_a_unit_file_asks_no_systemctl(node, systemd):
+    _tmp, _site, paths = node
+    assert sr.main(["--record", paths["record"], "--executable", paths["executable"]], {"INVOCATION_ID": "a"}) == 0
+    assert sr.read(paths["record"])["fingerprint"]["unit"] == "absent" and systemd.calls == []
 
 
 def test_a_file_that_cannot_be_read_now_is_not_a_change(node, monkeypatch):
