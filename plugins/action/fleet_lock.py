@@ -60,16 +60,26 @@ def playbook_process() -> tuple[int, list[str]]:
     return pid, argv
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace (`pid:[4026531836]`), "" when it cannot be read."""
+    try:
+        return os.readlink(f"{PROC}/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def this_run() -> dict[str, t.Any]:
     """The holder record of the ansible-playbook run this task belongs to."""
     pid, argv = playbook_process()
     ticks = start_ticks(pid, PROC) or ""
     boot_id = _read(f"{PROC}/sys/kernel/random/boot_id")
+    pid_ns = _pid_namespace()
     controller = socket.gethostname()
     return {
-        "run_id": run_id(controller, boot_id, pid, ticks),
+        "run_id": run_id(controller, boot_id, pid, ticks, pid_ns),
         "controller": controller,
         "boot_id": boot_id,
+        "pid_ns": pid_ns,
         "pid": pid,
         "pid_start": ticks,
         "started": process_started(ticks, PROC) if ticks else time.time(),
@@ -106,7 +116,7 @@ class ActionModule(ActionBase):
                 if (reply.get("action") == "refuse" and isinstance(existing, dict)
                         and existing.get("run_id") not in (None, "", me["run_id"])):
                     alive = holder_alive(existing, controller=me["controller"],
-                                         boot_id=me["boot_id"], proc=PROC)
+                                         boot_id=me["boot_id"], proc=PROC, pid_ns=me["pid_ns"])
                     reply = self._module(dict(args, state="present", holder=me, holder_alive=alive,
                                               judged_run_id=existing["run_id"]), task_vars)
             result.update(reply)

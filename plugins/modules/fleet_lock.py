@@ -61,8 +61,9 @@ options:
     default: present
   holder:
     description:
-      - This run's holder record (C(run_id), C(controller), C(boot_id), C(pid), C(pid_start),
-        C(started), C(user), C(command), C(heartbeat)). Set by the action plugin.
+      - This run's holder record (C(run_id), C(controller), C(boot_id), C(pid_ns), C(pid), C(pid_start),
+        C(started), C(user), C(command)). Set by the action plugin. Its C(heartbeat) is stamped here, with
+        the lock host's clock, which also ages it.
     type: dict
   holder_alive:
     description:
@@ -217,6 +218,9 @@ def main() -> None:
     )
     p = module.params
     me = {key: (p["holder"] or {}).get(key) for key in RECORD_FIELDS}
+    # Stamped with the lock host's clock, which also ages it (decide's `now`): a controller whose
+    # clock is off cannot make its own lock look stale, or another run's look fresh.
+    me["heartbeat"] = time.time()
     if p["state"] != "query" and not (isinstance(me["run_id"], str) and me["run_id"]):
         module.fail_json(msg="holder has no run_id: the fleet_lock action plugin sets it; use the task")
     result: dict[str, t.Any]

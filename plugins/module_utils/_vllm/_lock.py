@@ -18,7 +18,7 @@ import shlex
 import typing as t
 import uuid
 
-RECORD_FIELDS = ("run_id", "controller", "boot_id", "pid", "pid_start", "started", "user", "command",
+RECORD_FIELDS = ("run_id", "controller", "boot_id", "pid_ns", "pid", "pid_start", "started", "user", "command",
                  "heartbeat")
 
 # ansible-playbook options whose values may be secrets (aliases included): never written down.
@@ -136,9 +136,15 @@ def start_ticks(pid: int, proc: str = "/proc") -> str | None:
 
 
 def holder_alive(record: t.Mapping[str, t.Any], *, controller: str, boot_id: str,
-                 proc: str = "/proc") -> bool | None:
-    """Whether the holder's ansible-playbook still runs; None when it ran elsewhere or unknowably."""
+                 proc: str = "/proc", pid_ns: str = "") -> bool | None:
+    """Whether the holder's ansible-playbook still runs; None when it ran elsewhere or unknowably.
+
+    Elsewhere includes another PID namespace of this host: two controller containers with the
+    same host name on one machine share its boot id, and a pid of one means nothing in the other
+    (a record without `pid_ns`, written before it was kept, is judged by host and boot alone)."""
     if not boot_id or record.get("controller") != controller or record.get("boot_id") != boot_id:
+        return None
+    if record.get("pid_ns") and record.get("pid_ns") != pid_ns:
         return None
     try:
         pid = int(record.get("pid"))
@@ -160,9 +166,10 @@ def process_started(ticks: str, proc: str = "/proc") -> float | None:
         return None
 
 
-def run_id(controller: str, boot_id: str, pid: int, pid_start: str) -> str:
-    """The same id from every task of one ansible-playbook process, a new one for the next run."""
-    return str(uuid.uuid5(RUN_NAMESPACE, f"{controller}\0{boot_id}\0{pid}\0{pid_start}"))
+def run_id(controller: str, boot_id: str, pid: int, pid_start: str, pid_ns: str = "") -> str:
+    """The same id from every task of one ansible-playbook process, a new one for the next run
+    (also of a same-numbered process in another PID namespace of the same host)."""
+    return str(uuid.uuid5(RUN_NAMESPACE, f"{controller}\0{boot_id}\0{pid_ns}\0{pid}\0{pid_start}"))
 
 
 def _secret_long(name: str) -> bool:

@@ -25,7 +25,7 @@ from module_runner import run_module_main  # noqa: E402
 
 
 def rec(run_id: str = "run-a", pid: int = 4242, **kw: t.Any) -> dict:
-    return dict({"run_id": run_id, "controller": "ctl1", "boot_id": "boot-1", "pid": pid,
+    return dict({"run_id": run_id, "controller": "ctl1", "boot_id": "boot-1", "pid_ns": "pid:[4026531836]", "pid": pid,
                  "pid_start": "1000", "started": 1735689600.0, "user": "alice",
                  "command": "ansible-playbook site.yml -e '***'", "heartbeat": 1735689600.0}, **kw)
 
@@ -71,9 +71,21 @@ def test_a_holder_that_cannot_be_judged_is_gone_after_its_heartbeat_stops(heartb
 
 def test_keep_renews_the_heartbeat(monkeypatch, lock) -> None:
     module(monkeypatch, lock, holder=ME)
-    renewed = module(monkeypatch, lock, holder=dict(ME, heartbeat=ME["heartbeat"] + 60))
+    renewed = module(monkeypatch, lock, holder=ME, clock=ME["heartbeat"] + 60)
     assert (renewed["changed"], renewed["action"]) == (False, "keep")
     assert json.loads(lock.read_text()) == dict(ME, heartbeat=ME["heartbeat"] + 60)
+
+
+def test_the_heartbeat_is_the_lock_hosts_clock(monkeypatch, lock) -> None:
+    """A controller whose clock is a day behind stamps nothing: the lock host stamps and ages the
+    heartbeat with its own clock, so the live run's lock is not taken for stale by the next run."""
+    skewed = dict(ME, heartbeat=ME["heartbeat"] - 86400)
+    module(monkeypatch, lock, holder=skewed, clock=ME["heartbeat"])
+    assert json.loads(lock.read_text())["heartbeat"] == ME["heartbeat"]
+    other = rec("run-b", 9, controller="ctl2")
+    refused = module(monkeypatch, lock, holder=other, holder_alive=None, judged_run_id="run-me",
+                     stale_after=3600, clock=ME["heartbeat"] + 60)
+    assert refused["action"] == "refuse" and refused["failed"]
 
 
 @pytest.mark.parametrize("existing, found", [
@@ -109,10 +121,15 @@ def fake_proc(root: Path, pid: int, ticks: str, comm: str = "ansible-playboo") -
     (rec(boot_id="boot-0"), 4242, "1000", "x", None),  # the controller rebooted since
     (rec(pid="x"), 4242, "1000", "x", None),
     (rec(pid=0), 4242, "1000", "x", None),
+    # Another PID namespace of this host (a second controller container, same host name and
+    # boot): its pid means nothing here. The same namespace, or a record from before pid_ns: judged.
+    (rec(pid_ns="pid:[4026532001]"), 4242, "1000", "x", None),
+    ({k: v for k, v in rec().items() if k != "pid_ns"}, 99, "1000", "x", False),
 ])
 def test_holder_alive(tmp_path, record, proc_pid, ticks, comm, expected) -> None:
     proc = fake_proc(tmp_path, proc_pid, ticks, comm)
-    assert _lock.holder_alive(record, controller="ctl1", boot_id="boot-1", proc=proc) is expected
+    assert _lock.holder_alive(record, controller="ctl1", boot_id="boot-1", proc=proc,
+                              pid_ns="pid:[4026531836]") is expected
 
 
 def test_holder_alive_without_boot_id_cannot_tell(tmp_path) -> None:
@@ -125,6 +142,7 @@ def test_start_ticks_of_this_process_and_run_id() -> None:
     assert ticks and ticks.isdigit()
     assert _lock.run_id("c", "b", 1, ticks) == _lock.run_id("c", "b", 1, ticks)
     assert _lock.run_id("c", "b", 1, ticks) != _lock.run_id("c", "b", 1, ticks + "1")
+    assert _lock.run_id("c", "b", 1, ticks, "pid:[1]") != _lock.run_id("c", "b", 1, ticks, "pid:[2]")
     assert abs(_lock.process_started(ticks) - _lock.process_started(ticks)) < 1e-9
 
 
@@ -175,9 +193,20 @@ def lock(tmp_path) -> Path:
     return tmp_path / "var" / "gpuserve" / "site.lock"
 
 
-def module(monkeypatch, lock: Path, **args: t.Any) -> dict:
+class LockHostClock:
+    """The lock host's clock (the module's time.time()), set by the test."""
+    now = ME["heartbeat"]
+
+    @classmethod
+    def time(cls) -> float:
+        return cls.now
+
+
+def module(monkeypatch, lock: Path, clock: float | None = None, **args: t.Any) -> dict:
     warnings: list[str] = []
     monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: warnings.append(w))
+    monkeypatch.setattr(LockHostClock, "now", ME["heartbeat"] if clock is None else clock)
+    monkeypatch.setattr(fleet_lock, "time", LockHostClock)
     result = run_module_main(fleet_lock, dict({"path": str(lock)}, **args), monkeypatch)
     return dict(result, warnings=warnings)
 
