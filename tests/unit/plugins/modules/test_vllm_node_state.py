@@ -251,10 +251,11 @@ def test_a_server_whose_port_changed_is_read_where_it_listens(tmp_path, monkeypa
                                "--port", str(old_port), "--double-load-seconds", "0"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(100):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{old_port}/health", timeout=1)
-                break
+                with urllib.request.urlopen(f"http://127.0.0.1:{old_port}/health", timeout=1):
+                    break
             except OSError:
                 time.sleep(0.1)
         monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path))
