@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import typing as t
 import urllib.parse
@@ -108,13 +109,26 @@ def served_address(argv: t.Sequence[str]) -> tuple[str, int] | None:
     return found.get("--host", ""), port
 
 
+def is_local(address: str) -> bool:
+    """Whether `address` is an IP address of this node (a socket binds to it); names are not."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        socket.inet_pton(family, address)
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+    except OSError:
+        return False
+    return True
+
+
 def listen_view(argv: t.Sequence[str], health_url: str, metrics_url: str) -> dict[str, t.Any]:
     """Where the running server is read: the address its own argv says it listens on, not the one
     this run configures (a changed port or host is served on the old one until the restart).
 
     Returns {host, port, source (process | configured), health_url, metrics_url}: the configured
-    URLs' path on the process's address (all addresses are read on 127.0.0.1); with no `vllm
-    serve` argv to read, the configured URLs themselves.
+    URLs' path on the process's address (all addresses are read on 127.0.0.1; a host that is not
+    one of this node's IP addresses is not followed, the configured one is kept: the argv is the
+    service user's to rewrite); with no `vllm serve` argv to read, the configured URLs themselves.
     """
     configured = urllib.parse.urlsplit(health_url or "")
     served = served_address(argv) if argv else None
@@ -123,6 +137,9 @@ def listen_view(argv: t.Sequence[str], health_url: str, metrics_url: str) -> dic
                 "health_url": health_url, "metrics_url": metrics_url}
     host, port = served
     bare = host.strip().strip("[]")
+    if bare not in ("", "0.0.0.0", "::") and not is_local(bare):
+        # The service user can rewrite its process's argv: root follows no address but this node's.
+        bare = configured.hostname.strip("[]")
     client = "127.0.0.1" if bare in ("", "0.0.0.0", "::") else bare
     netloc = f"[{client}]:{port}" if ":" in client else f"{client}:{port}"
 

@@ -213,10 +213,16 @@ def test_served_address(argv, address):
 
 
 @pytest.mark.parametrize("argv, health, expected", [
-    # A host of its own is read there; an IPv6 one in brackets.
-    (["/p", "/v", "serve", "/m", "--host", "10.0.0.5", "--port", "8001"], "http://10.0.0.6:8000/health",
-     "http://10.0.0.5:8001/health"),
-    (["/p", "/v", "serve", "/m", "--host", "fd00::5"], "http://[fd00::6]:8000/health", "http://[fd00::5]:8000/health"),
+    # A host of this node's is read there; an IPv6 one in brackets.
+    (["/p", "/v", "serve", "/m", "--host", "127.0.0.2", "--port", "8001"], "http://127.0.0.1:8000/health",
+     "http://127.0.0.2:8001/health"),
+    (["/p", "/v", "serve", "/m", "--host", "::1"], "http://127.0.0.1:8000/health", "http://[::1]:8000/health"),
+    # An address that is not this node's (or a name): root does not follow the service user's argv
+    # there; only the port is taken, on the configured host.
+    (["/p", "/v", "serve", "/m", "--host", "203.0.113.9", "--port", "22"], "http://10.0.0.6:8000/health",
+     "http://10.0.0.6:22/health"),
+    (["/p", "/v", "serve", "/m", "--host", "evil.example", "--port", "8001"], "http://127.0.0.1:8000/health",
+     "http://127.0.0.1:8001/health"),
     # Nothing runs (no argv), or nothing to ask: the configured URL stands.
     ([], "http://127.0.0.1:8000/health", "http://127.0.0.1:8000/health"),
     (["/p", "/v", "serve", "/m", "--port", "8001"], "", ""),
