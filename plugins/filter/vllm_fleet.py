@@ -76,6 +76,17 @@ def vllm_router_stale_urls(results: t.Sequence[t.Mapping[str, t.Any]], url: str,
     return vf.stale_urls(list(results or []), url, list(aliases or []), list(others or []))
 
 
+def vllm_router_back_url(results: t.Sequence[t.Mapping[str, t.Any]], url: str, health_url: str,
+                         port: t.Any = None) -> str:
+    """registered_health.results | vllm_router_back_url(node_url, configured_health_url, listen_port)."""
+    return vf.back_url(list(results or []), str(url), str(health_url), port)
+
+
+def vllm_run_outcome(host: t.Mapping[str, t.Any]) -> str:
+    """{'failed': .., 'held': .., 'untouched': ..} | vllm_run_outcome -> the host's line."""
+    return vf.run_outcome(host if isinstance(host, t.Mapping) else {})
+
+
 def vllm_router_removal_problems(results: t.Sequence[t.Mapping[str, t.Any]], leaving: t.Sequence[str],
                                  settings: t.Sequence[t.Mapping[str, t.Any]],
                                  units: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> list[str]:
@@ -141,6 +152,8 @@ class FilterModule:
             "vllm_router_settings": vllm_router_settings,
             "vllm_router_view": vllm_router_view,
             "vllm_router_stale_urls": vllm_router_stale_urls,
+            "vllm_router_back_url": vllm_router_back_url,
+            "vllm_run_outcome": vllm_run_outcome,
             "vllm_batch_size": vllm_batch_size,
             "vllm_router_removal_problems": vllm_router_removal_problems,
             "vllm_router_reconcile": vllm_router_reconcile,

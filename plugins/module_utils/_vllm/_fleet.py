@@ -234,6 +234,36 @@ def stale_urls(results: t.Sequence[t.Mapping[str, t.Any]], url: str, aliases: t.
     return out
 
 
+def back_url(results: t.Sequence[t.Mapping[str, t.Any]], url: str, health_url: str, port: t.Any = None) -> str:
+    """The URL a node that failed in its turn still serves at, from fresh /health reads (loop
+    results whose `item` is the URL asked): `url` when its configured `health_url` answered;
+    else, when only where it listened at the turn's start answered (its port changed and it
+    failed before its restart), `url` on that `port`; "" when nothing answered (not put back)."""
+    answered = {str(r.get("item", "")) for r in results
+                if isinstance(r, t.Mapping) and r.get("status") == 200}
+    if health_url in answered:
+        return url
+    if not answered or port in (None, ""):
+        return ""
+    parts = urllib.parse.urlsplit(url.strip())
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return urllib.parse.urlunsplit((parts.scheme, f"{host}:{int(port)}", parts.path, "", "")).rstrip("/")
+
+
+def run_outcome(host: t.Mapping[str, t.Any]) -> str:
+    """One host's line at a run's end, from what the plays kept (`failed`: {stage, msg};
+    `held`: why its steps waited; `untouched`: why the rollout left it): the worst first."""
+    failed = host.get("failed")
+    if isinstance(failed, t.Mapping):
+        return f"FAILED ({failed.get('stage', '?')}): {failed.get('msg', '')}"
+    if str(host.get("held") or ""):
+        return f"HELD: {host['held']}"
+    if str(host.get("untouched") or ""):
+        return f"untouched: {host['untouched']}"
+    return "done"
+
+
 def removal_problems(results: t.Sequence[t.Mapping[str, t.Any]], leaving: t.Iterable[str],
                      settings: t.Sequence[t.Mapping[str, t.Any]],
                      units: t.Sequence[t.Mapping[str, t.Any]] | None = None) -> list[str]:

@@ -20,6 +20,16 @@ PLAYS = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
 NODE_FAILED = yaml.safe_load((REPO / "playbooks" / "tasks" / "node_failed.yml").read_text())
 
 
+def imported(tasks: list[dict]) -> list[dict]:
+    """A play's `tasks` with each import_tasks replaced by the tasks of the file it imports (one
+    level: the play's own table of contents, not the shared files those import)."""
+    out = []
+    for task in tasks:
+        name = task.get("ansible.builtin.import_tasks")
+        out += yaml.safe_load((REPO / "playbooks" / name).read_text()) if name else [task]
+    return out
+
+
 def rescued_work(play: dict) -> list[str]:
     """The names of the tasks of `play` (its `tasks:`) that do the play's work inside a block
     whose rescue imports tasks/node_failed.yml; and of those that do it outside one."""
@@ -45,7 +55,7 @@ def test_every_play_under_the_lock_rescues_its_work():
               for task in play["tasks"]]
     assert stages == ["prepare", "start", "routers", "roll"]
     # The last play releases the lock before it fails the run for what failed.
-    names = [task.get("name", "") for task in last["tasks"]]
+    names = [task.get("name", "") for task in imported(last["tasks"])]
     release = names.index("Release the fleet's run lock")
     assert release < names.index("Name what failed") and release < names.index("Name what was held and why")
 
@@ -60,3 +70,11 @@ def test_a_failed_host_leaves_the_play_without_failing_it():
         for task in play["tasks"]:
             last = task["rescue"][-1]
             assert last.get("ansible.builtin.meta") == "end_host" and "always" in last["tags"], play["name"]
+
+
+def test_site_reads_as_a_table_of_contents():
+    """Each play a few lines, the work in imported files (issue 55: at most 200 lines)."""
+    assert len((REPO / "playbooks" / "site.yml").read_text().splitlines()) <= 200
+    for play in PLAYS:
+        for section in ("pre_tasks", "tasks", "post_tasks"):
+            assert len(play.get(section) or []) <= 2, f"{play['name']}: {section} has {len(play[section])} tasks"

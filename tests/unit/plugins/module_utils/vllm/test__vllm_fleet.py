@@ -280,3 +280,44 @@ def test_reconcile_keeps_the_floor(listed, desired, floor, remove, refused):
 def test_reconcile_refuses_a_floor_that_is_not_a_number():
     with pytest.raises(vf.FleetError, match="vllm_router_min_healthy_workers must be an integer, found 'two'"):
         vf.reconcile([], [], "two")
+
+
+def _health(*answers: tuple[str, int | None]) -> list[dict]:
+    """uri loop results: (URL asked, status; None: refused, as uri gives it, status -1)."""
+    return [{"item": url, "status": -1 if status is None else status,
+             **({"msg": "Status code was -1: Connection refused"} if status is None else {})}
+            for url, status in answers]
+
+
+CONF, OLD = "http://127.0.0.1:8010/health", "http://127.0.0.1:8000/health"
+
+
+@pytest.mark.parametrize("answers, url, port, back", [
+    # where this run configures it answered: back under the configured URL
+    ([(CONF, 200), (OLD, None)], "http://gpu01:8010", 8000, "http://gpu01:8010"),
+    ([(CONF, 200)], "http://gpu01:8010", None, "http://gpu01:8010"),
+    # only its old port answered (it failed before the restart): its old URL
+    ([(CONF, None), (OLD, 200)], "http://gpu01:8010", 8000, "http://gpu01:8000"),
+    ([(CONF, 503), (OLD, 200)], "http://[fd00::1]:8010", 8000, "http://[fd00::1]:8000"),
+    # nothing answered, or an answer that is not 200: not put back
+    ([(CONF, None), (OLD, None)], "http://gpu01:8010", 8000, ""),
+    ([(CONF, 503), (OLD, 503)], "http://gpu01:8010", 8000, ""),
+    ([], "http://gpu01:8010", 8000, ""),
+    # the old address answered but its port is not known: not guessed
+    ([(CONF, None), (OLD, 200)], "http://gpu01:8010", None, ""),
+])
+def test_back_url_is_where_the_node_still_serves(answers, url, port, back):
+    assert vf.back_url(_health(*answers), url, CONF, port) == back
+
+
+@pytest.mark.parametrize("host, line", [
+    ({"failed": {"stage": "roll", "msg": "canary: refused"}, "held": "x", "untouched": "y"},
+     "FAILED (roll): canary: refused"),
+    ({"failed": None, "held": "router01 did not answer", "untouched": "y"}, "HELD: router01 did not answer"),
+    ({"failed": None, "held": "", "untouched": "the rollout stopped at gpu01 (failed)"},
+     "untouched: the rollout stopped at gpu01 (failed)"),
+    ({"failed": None, "held": "", "untouched": ""}, "done"),
+    ({}, "done"),
+])
+def test_run_outcome_says_the_worst_first(host, line):
+    assert vf.run_outcome(host) == line
