@@ -8,7 +8,8 @@ result that changed something ("changed\\t<host>\\t<task>"); GPUSERVE_KILL_AT=N 
 controller (SIGKILL, as an operator's kill -9 or a lost session would) at the start of the first
 task after the N-th such result, writing "killed\\t<task>" first. Between two changing tasks the
 nodes are in the same state, so killing after each change covers every state a killed run can
-leave behind.
+leave behind. GPUSERVE_KILL_AT_TASK=TEXT kills at the start of the first task whose name holds
+TEXT instead (a run killed right after a given step, e.g. the unit's render).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ short_description: TEST SEAM - kill ansible-playbook after the N-th changed task
 description:
   - Tests only. See the module docstring.
 requirements:
-  - GPUSERVE_KILL_TRACE and/or GPUSERVE_KILL_AT in the environment
+  - GPUSERVE_KILL_TRACE and/or GPUSERVE_KILL_AT or GPUSERVE_KILL_AT_TASK in the environment
 """
 
 import os
@@ -42,6 +43,7 @@ class CallbackModule(CallbackBase):
         self.trace = os.environ.get("GPUSERVE_KILL_TRACE", "")
         at = os.environ.get("GPUSERVE_KILL_AT", "")
         self.kill_at = int(at) if at else 0
+        self.kill_at_task = os.environ.get("GPUSERVE_KILL_AT_TASK", "")
         self.changed = 0
 
     def _write(self, line: str) -> None:
@@ -57,7 +59,8 @@ class CallbackModule(CallbackBase):
             self._write(f"changed\t{result._host.get_name()}\t{result._task.get_name()}")
 
     def _maybe_kill(self, task) -> None:
-        if self.kill_at and self.changed >= self.kill_at:
+        if (self.kill_at and self.changed >= self.kill_at) or (
+                self.kill_at_task and self.kill_at_task in task.get_name()):
             self._write(f"killed\t{task.get_name()}")
             os.kill(os.getpid(), signal.SIGKILL)
 

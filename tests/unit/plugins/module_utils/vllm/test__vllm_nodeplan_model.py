@@ -7,18 +7,22 @@ running start's x the routers listing it) and a sequence of rounds. Each round i
 rollback is asked for, a reboot becomes pending, the inventory moves a node to another port, a
 run writes the unit and is killed before its daemon-reload, a server crashes and systemd
 restarts the unit it has in memory) and one site.yml run with faults (a router's or a node's
-read that does not answer, the run killed after any step, a canary or a start that fails, a
-second operator's run started while it runs). Each run takes the fleet lock first with the real
+read that does not answer, the run killed after any step, any step that fails -- a drain or an
+add that times out, the fence, a canary or a start -- a second operator's run started while it
+runs). Each run takes the fleet lock first with the real
 `_lock.decide()`: a second run while the first lives is refused and changes nothing; the lock a
 killed run left is taken over by the next. The run is simulated the way
 playbooks/tasks/serve_node.yml and roles/vllm_server/tasks/execute.yml and recover.yml execute a
 plan: real `_nodeplan.plan()`, `recovery()` and
 `_fleet.removal_problems()`, one node at a time (gpuserve_serial 1), the rollout stopping at the
-first failed node, a held node left as it is while the others carry on.
+first failed node, a held node left as it is while the others carry on; a failed node goes
+through serve_node.yml's rescue (its /health read where it is configured and where it listened,
+the real `vllm_router_back_url` decision, back into every router that answers).
 
 Asserted after every step: a live server is never stopped or restarted while any router lists it
 under any URL, its old port's too (whatever that router's read said); a node whose reads did not all answer gets no disruptive step;
-a removal never takes a router below its floor. Asserted at the end: once the faults stop, two
+a removal never takes a router below its floor; after a failure, a node that served routed
+is listed again by every router that answers, under the URL it serves at. Asserted at the end: once the faults stop, two
 runs bring every node to serving what its plan says, listed healthy by every router, no journal,
 and the next plan has no step; every router lists each node under its inventory URL alone, and
 every server runs the unit file on disk (a node without a start record of its own start is seen
@@ -46,7 +50,7 @@ FLOOR = 1
 DISRUPTIVE = ("stop", "restart", "reboot")
 STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0, "moves": 0,
                          "refused": 0, "killed": 0, "failed": 0, "fenced": 0, "concurrent": 0, "takeovers": 0,
-                         "not_loaded": 0}
+                         "not_loaded": 0, "put_back": 0, "put_back_old_port": 0}
 
 
 class Fleet:
@@ -174,6 +178,7 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
     unknown = any(k[0] in fleet.lists and k[1] == "router" for k in faults["unknown"]) or (
         n["alive"] and (name, "health") in faults["unknown"])
     kill_at = faults["kill"].get(name)
+    fail_at = faults["fail"].get(name)
     done = 0
 
     def step_done() -> None:
@@ -182,6 +187,8 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
         STATS["steps"] += 1
         if kill_at is not None and done >= kill_at:
             raise Killed()
+        if fail_at is not None and done >= fail_at:  # the task after this step fails (a time-out, an error)
+            raise Failed("step")
 
     steps = list(p["steps"])
     if "remove" in steps:  # worker_remove.yml: every URL each router lists the node under
@@ -392,18 +399,36 @@ def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], request
     if p["held"]:
         STATS["held"] += 1
         return "held"
+    port = n["port"]  # where it listened when its turn began
     try:
         execute(fleet, name, p, faults, reads, view)
     except Failed:
         STATS["failed"] += 1
-        if n["alive"] and p["routed"]:  # the rescue puts a node that still serves back, where it serves
-            for r in fleet.lists:
-                fleet.lists[r].add(fleet.at(name, n["port"]))
+        rescue(fleet, name, p, port, faults)
         return "failed"
     return "ok"
 
 
-NO_FAULTS: dict[str, t.Any] = {"unknown": set(), "kill": {}, "canary_fails": set(), "start_fails": set(),
+def rescue(fleet: Fleet, name: str, p: dict[str, t.Any], port: int, faults: dict[str, t.Any]) -> None:
+    """serve_node.yml's rescue: /health where this run configures the node and where it listened
+    when its turn began; a node that was routed and still serves goes back into every router that
+    answers, under the URL `vllm_router_back_url` gives (where it serves)."""
+    n = fleet.nodes[name]
+    if not p["routed"]:
+        return
+    asked = list(dict.fromkeys([fleet.url(name) + "/health", fleet.at(name, port) + "/health"]))
+    serving = fleet.at(name, n["port"]) + "/health" if n["alive"] else ""
+    results = [{"item": url, "status": 200 if url == serving else -1} for url in asked]
+    back = vf.back_url(results, fleet.url(name), asked[0], port)
+    assert back == (fleet.at(name, n["port"]) if n["alive"] and serving in asked else ""), (name, back, n)
+    for r in fleet.lists:
+        if back and (r, "router") not in faults["unknown"]:
+            fleet.lists[r].add(back)
+            STATS["put_back"] += 1
+            STATS["put_back_old_port"] += back != fleet.url(name)
+
+
+NO_FAULTS: dict[str, t.Any] = {"unknown": set(), "kill": {}, "fail": {}, "canary_fails": set(), "start_fails": set(),
                                "readd": set(), "concurrent": False}
 
 node_strategy = st.fixed_dictionaries({
@@ -431,6 +456,7 @@ def faults_strategy(names: list[str]) -> st.SearchStrategy[dict[str, t.Any]]:
     return st.fixed_dictionaries({
         "unknown": st.sets(st.sampled_from(reads), max_size=2),
         "kill": st.dictionaries(st.sampled_from(names), st.integers(1, 8), max_size=1),
+        "fail": st.dictionaries(st.sampled_from(names), st.integers(1, 8), max_size=1),
         "canary_fails": st.sets(st.sampled_from(names), max_size=1),
         "start_fails": st.sets(st.sampled_from(names), max_size=1),
         "readd": st.sets(st.sampled_from(names), max_size=1),
@@ -480,8 +506,9 @@ def test_the_plan_keeps_the_invariants_and_converges(data):
     routers = list(ROUTERS[:data.draw(st.integers(1, 2), label="routers")])
     fleet = Fleet(nodes, routers, data.draw(st.sampled_from(ENVS), label="pins"))
     STATS["fleets"] += 1
+    # "port" twice: a move is a change of setting the whole run has to carry (and fail in) drained.
     events = st.tuples(st.sampled_from(("dies", "unlisted", "restart_asked", "reboot_pending", "port", "unit_written",
-                                        "crash_restart")), st.sampled_from(names)) | \
+                                        "crash_restart", "port")), st.sampled_from(names)) | \
         st.tuples(st.just("pins"), st.sampled_from(ENVS))
     for _round in range(data.draw(st.integers(1, 4), label="rounds")):
         STATS["rounds"] += 1
@@ -516,4 +543,4 @@ def test_the_model_is_not_vacuous():
     invariants above were checked on nothing). Runs after the property test in this file."""
     assert STATS["fleets"] >= 100 and STATS["steps"] > 1000
     assert min(STATS["held"], STATS["killed"], STATS["failed"], STATS["fenced"], STATS["concurrent"],
-               STATS["takeovers"], STATS["moves"], STATS["not_loaded"]) > 0, STATS
+               STATS["takeovers"], STATS["moves"], STATS["not_loaded"], STATS["put_back"], STATS["put_back_old_port"]) > 0, STATS
