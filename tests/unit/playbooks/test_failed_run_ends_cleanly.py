@@ -60,3 +60,23 @@ def test_a_failed_host_leaves_the_play_without_failing_it():
         for task in play["tasks"]:
             last = task["rescue"][-1]
             assert last.get("ansible.builtin.meta") == "end_host" and "always" in last["tags"], play["name"]
+
+
+def test_the_wheelhouse_copies_run_under_the_lock_in_the_rescued_work():
+    """A copy changes the node: after the play's lock task, inside the block whose rescue leaves
+    the run (a failed copy or wheelhouse check must not end the playbook holding the lock)."""
+    def copies(tasks: list) -> list[str]:
+        return [task["name"] for task in tasks or []
+                if (task.get("ansible.builtin.include_role") or {}).get("name") == "gpuserve.vllm.wheelhouse"]
+
+    found = 0
+    for play in PLAYS:
+        assert not copies(play.get("pre_tasks")) and not copies(play.get("tasks")), play["name"]
+        for task in play.get("tasks") or []:
+            inside = copies(task.get("block"))
+            if inside:
+                found += len(inside)
+                assert any((t.get("vars") or {}).get("__gpuserve_lock_state") == "present"
+                           for t in play.get("pre_tasks") or []), play["name"]
+                assert task["rescue"][0]["ansible.builtin.import_tasks"] == "tasks/node_failed.yml"
+    assert found == 2  # the GPU nodes' (prepare play) and the routers'
