@@ -30,6 +30,18 @@ description:
     passed as O(break_run_id), once the operator has checked that run is gone.
   - O(state=absent) removes the lock only when this run holds it; another run's lock is left
     alone with a warning. A lock file holding no holder record fails the task and is left as it is.
+  - The heartbeat. Once the lock is taken or kept, the action plugin starts a heartbeat process on
+    the controller (one per run) that renews the lock every O(heartbeat_every) seconds with
+    O(state=renew), over the same connection and become as the task, however long a step of the run
+    takes (a weight download, a reboot with acceptance, a model load). It is bound to the run - it
+    reads every 2 s whether the C(ansible-playbook) process (pid and start ticks) still runs, and
+    stops within seconds of its end, whatever the way out (a kill too). It also stops once the lock
+    is no longer this run's (released, or taken over). So a live run's lock never goes stale, and
+    a dead run's goes stale O(stale_after) seconds after its last heartbeat at the latest. Needs a
+    Linux controller (C(/proc)); elsewhere the lock is renewed by the tasks only.
+  - Every change of the lock file (take, renew, release) holds an exclusive C(flock) on its
+    directory, so a heartbeat in flight cannot write back a lock its run has just released or
+    another run has just taken over.
 author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
@@ -55,9 +67,12 @@ options:
     type: path
     default: /var/lib/gpuserve/site.lock
   state:
-    description: V(present) takes or keeps the lock, V(absent) releases it, V(query) only reads it.
+    description:
+      - V(present) takes or keeps the lock, V(absent) releases it, V(query) only reads it.
+      - V(renew) is the heartbeat's - renews this run's lock, never takes one (the action plugin's
+        heartbeat process uses it).
     type: str
-    choices: [present, absent, query]
+    choices: [present, absent, query, renew]
     default: present
   holder:
     description:
@@ -85,10 +100,18 @@ options:
       - Seconds after the holder's last heartbeat (each O(state=present) of the holding run renews
         it) after which a holder that cannot be checked from here is taken for gone and its lock
         taken over, with a message naming it. V(0) never.
-      - Keep it above the longest stretch of a run between two renewals - site.yml renews it at
-        each play and each batch of its rolling play (a drain plus a model load).
+      - A run's heartbeat process renews it every O(heartbeat_every) seconds however long a step
+        takes; the tasks renew it too (site.yml at each play and each batch of its rolling play).
     type: int
     default: 10800
+  heartbeat_every:
+    description:
+      - Seconds between two renewals by the run's heartbeat process (read by the action plugin;
+        the module itself does nothing with it). V(0) is a sixth of O(stale_after). At most a third of
+        O(stale_after) (the task fails otherwise). No heartbeat process when O(stale_after=0),
+        in check mode, or for O(state=absent) and O(state=query).
+    type: int
+    default: 0
 """
 
 EXAMPLES = r"""
@@ -107,7 +130,8 @@ RETURN = r"""
 action:
   description:
     - V(acquire), V(keep), V(takeover) or V(refuse) for O(state=present); V(release), V(leave)
-      (another run's lock) or V(none) (no lock) for O(state=absent); V(query) for O(state=query).
+      (another run's lock) or V(none) (no lock) for O(state=absent); V(query) for O(state=query);
+      V(keep) or V(lost) (no lock, or another run's) for O(state=renew).
   returned: always
   type: str
 holder:
@@ -118,12 +142,20 @@ previous:
   description: The record replaced or removed, if any.
   returned: always
   type: dict
+heartbeat_pid:
+  description:
+    - The controller's pid of this run's heartbeat process (started by this task or an earlier one of
+      the run); null when there is none (check mode, V(stale_after=0), no C(/proc)).
+  returned: when O(state=present) took or kept the lock
+  type: int
 msg:
   description: One line saying what was done and naming the holder.
   returned: always
   type: str
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import time
@@ -134,7 +166,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _atomic
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._lock import (
-    RECORD_FIELDS, LockError, decide, holder_text, parse_record)
+    RECORD_FIELDS, LockError, decide, holder_text, parse_record, renew)
 
 
 def read_lock(path: str) -> dict | None:
@@ -147,13 +179,41 @@ def read_lock(path: str) -> dict | None:
 
 
 def publish(path: str, record: dict, *, replace: bool) -> None:
-    """Write the record whole: synced temp file, then link (fails if one appeared) or replace."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        os.chmod(directory, 0o755)
+    """Write the record whole: synced temp file, then link (fails if one appeared) or replace.
+    The directory is there: `guarded` made it."""
     data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode("utf-8")
     _atomic.publish(_atomic.write_temp(path, data, mode=0o644), path, replace=replace)
+
+
+@contextlib.contextmanager
+def guarded(path: str, create: bool) -> t.Iterator[None]:
+    """Hold an exclusive flock on the lock's directory: one change of the lock at a time (a renewal
+    read before a release or a takeover must not write its record back after it). No directory and
+    `create` false: there is no lock to guard."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if create and not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        os.chmod(directory, 0o755)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def renewed(p: dict, me: dict, check: bool) -> dict:
+    """The heartbeat: a new stamp on this run's lock; any other lock, or none, is left alone."""
+    existing = read_lock(p["path"])
+    decision = renew(existing, me)
+    if decision["action"] == "keep" and not check:
+        publish(p["path"], dict(existing, heartbeat=me["heartbeat"]), replace=True)
+    holder = dict(existing, heartbeat=me["heartbeat"]) if decision["action"] == "keep" else existing
+    return dict(decision, holder=holder, previous=None, changed=False)
 
 
 def present(p: dict, me: dict, check: bool) -> dict:
@@ -206,14 +266,15 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "default": "/var/lib/gpuserve/site.lock"},
-            "state": {"type": "str", "choices": ["present", "absent", "query"], "default": "present"},
+            "state": {"type": "str", "choices": ["present", "absent", "query", "renew"], "default": "present"},
             "holder": {"type": "dict"},
             "holder_alive": {"type": "raw"},
             "judged_run_id": {"type": "str", "default": ""},
             "break_run_id": {"type": "str", "default": ""},
             "stale_after": {"type": "int", "default": 10800},
+            "heartbeat_every": {"type": "int", "default": 0},  # the action plugin's: accepted, not used here
         },
-        required_if=[("state", "present", ["holder"]), ("state", "absent", ["holder"])],
+        required_if=[("state", "present", ["holder"]), ("state", "absent", ["holder"]), ("state", "renew", ["holder"])],
         supports_check_mode=True,
     )
     p = module.params
@@ -230,7 +291,9 @@ def main() -> None:
             result = {"action": "query", "holder": found, "previous": None, "changed": False,
                       "msg": f"held by {holder_text(found)}" if found else "no fleet lock"}
         else:
-            result = (present if p["state"] == "present" else absent)(p, me, module.check_mode)
+            act = {"present": present, "absent": absent, "renew": renewed}[p["state"]]
+            with guarded(p["path"], create=p["state"] == "present" and not module.check_mode):
+                result = act(p, me, module.check_mode)
     except LockError as exc:
         module.fail_json(msg=f"{p['path']}: {exc}. The file was left as it is: look at it, and remove it "
                              "once no run holds the lock", path=p["path"])

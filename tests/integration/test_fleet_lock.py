@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _lock
+
 RUN_TIMEOUT = 120
 SERVING_STATE = Path(__file__).resolve().parents[2] / "roles" / "monitoring" / "files" / "gpuserve_serving_state.py"
 
@@ -179,4 +181,90 @@ def test_one_run_keeps_its_lock_across_tasks_and_releases(runs: Runs) -> None:
     taken, again, released = json.loads(out.read_text())
     assert (taken["action"], again["action"], released["action"]) == ("acquire", "keep", "release")
     assert taken["holder"]["run_id"] == again["holder"]["run_id"] == released["previous"]["run_id"]
+    assert not runs.lock.exists()
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    """Whether process pid has ended (or is only a zombie) within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+STALE, EVERY = 6, 1  # seconds: a "long step" of 8 s outlasts the stale age, beats fit six times
+
+
+def test_heartbeat_keeps_a_long_step_fresh_and_dies_with_its_run(runs: Runs) -> None:
+    """A step longer than the stale age: the run's lock, judged as from another controller (only
+    its heartbeat to go by), stays held; the run killed, its heartbeat stops within seconds
+    (it is no descendant of the run: nothing killed it) and the lock goes stale STALE s later."""
+    out = runs.root / "taken.json"
+    holding = runs.playbook("run1", [
+        {"gpuserve.vllm.fleet_lock": {"path": str(runs.lock), "stale_after": STALE, "heartbeat_every": EVERY},
+         "register": "taken"},
+        {"ansible.builtin.copy": {"content": "{{ taken | to_json }}", "dest": str(out)}},
+        {"ansible.builtin.wait_for": {"path": str(runs.go), "timeout": 90}},
+    ])
+    run1 = subprocess.Popen(runs.argv(holding), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=runs.env)
+    other = dict(runs.wait_for_lock(run1), run_id="run-on-another-controller")
+    try:
+        deadline = time.monotonic() + 60
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        beating = json.loads(out.read_text())["heartbeat_pid"]
+        assert isinstance(beating, int) and beating not in children(run1.pid), beating
+        first = json.loads(runs.lock.read_text())["heartbeat"]
+        time.sleep(STALE + 2)  # the long step
+        record = json.loads(runs.lock.read_text())
+        assert record["heartbeat"] >= first + STALE, (first, record)
+        judged = _lock.decide(record, other, holder_alive=None, now=time.time(), stale_after=STALE)
+        assert judged["action"] == "refuse", judged
+
+        kill_tree(run1.pid)
+        run1.communicate(timeout=30)
+        assert gone_within(beating, 2 * 2.0 + 1), "the heartbeat outlived its run"
+        last = json.loads(runs.lock.read_text())
+        time.sleep(2 * EVERY)
+        assert json.loads(runs.lock.read_text()) == last  # no beat after the run
+        judged = _lock.decide(last, other, holder_alive=None, now=last["heartbeat"] + STALE + 1, stale_after=STALE)
+        assert judged["action"] == "takeover" and "gave no sign of life" in judged["msg"], judged
+    finally:
+        runs.go.touch()
+        if run1.poll() is None:
+            kill_tree(run1.pid)
+            run1.communicate(timeout=30)
+
+
+def test_heartbeat_stops_at_the_release_and_never_takes_the_lock_back(runs: Runs) -> None:
+    out = runs.root / "results.json"
+    result = runs.run(runs.playbook("run", [
+        {"gpuserve.vllm.fleet_lock": {"path": str(runs.lock), "stale_after": STALE, "heartbeat_every": EVERY},
+         "register": "taken"},
+        {"gpuserve.vllm.fleet_lock": {"path": str(runs.lock), "stale_after": STALE, "heartbeat_every": EVERY},
+         "register": "again"},
+        {"ansible.builtin.pause": {"seconds": 2}},
+        runs.release(),
+        {"ansible.builtin.pause": {"seconds": 3}},  # beats would fall here
+        {"ansible.builtin.copy": {"content": "{{ [taken, again, released] | to_json }}", "dest": str(out)}},
+    ]))
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    taken, again, released = json.loads(out.read_text())
+    assert taken["heartbeat_pid"] == again["heartbeat_pid"]  # one per run
+    assert released["previous"]["heartbeat"] > taken["holder"]["heartbeat"]  # it beat before the release
+    assert gone_within(taken["heartbeat_pid"], 0.5), "the heartbeat outlived the lock"
+    assert not runs.lock.exists()
+
+
+def test_a_heartbeat_that_would_not_fit_is_refused(runs: Runs) -> None:
+    result = runs.run(runs.playbook("run", [
+        {"gpuserve.vllm.fleet_lock": {"path": str(runs.lock), "stale_after": 60, "heartbeat_every": 30}}]))
+    assert result.returncode != 0 and "does not fit three times" in result.stdout, result.stdout[-3000:]
     assert not runs.lock.exists()

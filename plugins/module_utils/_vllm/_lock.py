@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import shlex
+import time
 import typing as t
 import uuid
 
@@ -212,3 +213,55 @@ def _redact_short(arg: str) -> str:
         return arg
     head = arg[: len(arg) - len(rest) + 1]
     return head + ("=" if rest[1:].startswith("=") else "") + MASK
+
+
+def renew(existing: dict | None, me: dict) -> dict:
+    """The heartbeat's renewal: this run's lock gets a new stamp, and nothing else happens.
+
+    A heartbeat never takes a lock: one released by its run, or taken over by another, is lost
+    to it for good, and the heartbeat stops (the next play of a live run takes it again)."""
+    check_record(me, "holder record of this run")
+    if existing is not None and check_record(existing)["run_id"] == me["run_id"]:
+        return {"action": "keep", "msg": f"heartbeat of {holder_text(existing)}"}
+    held = f"held by {holder_text(existing)}" if existing is not None else "released"
+    return {"action": "lost", "msg": f"the fleet lock is no longer this run's ({held}): the heartbeat stops"}
+
+
+def heartbeat_every(stale_after: float, every: float = 0) -> float:
+    """Seconds between two heartbeats of a live run: `every`, or a sixth of stale_after when 0;
+    0 (no heartbeat) when no lock ever goes stale. A LockError when fewer than three beats fit
+    into stale_after: one beat lost to a busy lock host must not make a live run look dead."""
+    stale_after, every = float(stale_after), float(every)
+    if stale_after <= 0:
+        return 0.0
+    every = every if every > 0 else stale_after / 6
+    if every * 3 > stale_after:
+        raise LockError(f"a heartbeat every {every:.0f} s does not fit three times into gpuserve_lock_stale_after "
+                        f"({stale_after:.0f} s): a live run could be judged gone. Set gpuserve_lock_heartbeat "
+                        "to at most a third of it")
+    return every
+
+
+def heartbeat(alive: t.Callable[[], bool], beat: t.Callable[[], str], every: float, *, poll: float = 2.0,
+              retry: float = 30.0, clock: t.Callable[[], float] | None = None,
+              sleep: t.Callable[[float], None] | None = None) -> str:
+    """Renew the lock every `every` s while its run lives; return why it stopped.
+
+    Bound to the run: `alive()` (the ansible-playbook process, its pid and start ticks) is read
+    every `poll` s and again right before each beat, so a heartbeat outlives its run by at most
+    `poll` s plus one beat in flight, and a dead run's lock goes stale `stale_after` after its last
+    beat. `beat()` answers keep (renewed), lost (released or taken: stop) or anything else (the lock
+    host did not answer: try again after `retry` s, while the lock still has time)."""
+    clock = clock or time.monotonic
+    sleep = sleep or time.sleep
+    due = clock() + every
+    while True:
+        if not alive():
+            return "the run ended"
+        if clock() >= due:
+            outcome = beat()
+            if outcome == "lost":
+                return "the lock is no longer this run's"
+            due = clock() + (every if outcome == "keep" else min(every, retry))
+            continue
+        sleep(max(0.0, min(poll, due - clock())))

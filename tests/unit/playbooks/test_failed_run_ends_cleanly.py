@@ -21,12 +21,13 @@ NODE_FAILED = yaml.safe_load((REPO / "playbooks" / "tasks" / "node_failed.yml").
 
 
 def imported(tasks: list[dict]) -> list[dict]:
-    """A play's `tasks` with each import_tasks replaced by the tasks of the file it imports (one
-    level: the play's own table of contents, not the shared files those import)."""
+    """A play's `tasks` with each import_tasks of a play's own file replaced by the tasks of that
+    file (one level: the table of contents; the shared lock and failure files stay as tasks)."""
     out = []
     for task in tasks:
         name = task.get("ansible.builtin.import_tasks")
-        out += yaml.safe_load((REPO / "playbooks" / name).read_text()) if name else [task]
+        own = name and name not in ("tasks/fleet_lock.yml", "tasks/node_failed.yml")
+        out += yaml.safe_load((REPO / "playbooks" / name).read_text()) if own else [task]
     return out
 
 
@@ -78,3 +79,23 @@ def test_site_reads_as_a_table_of_contents():
     for play in PLAYS:
         for section in ("pre_tasks", "tasks", "post_tasks"):
             assert len(play.get(section) or []) <= 2, f"{play['name']}: {section} has {len(play[section])} tasks"
+
+
+def test_the_wheelhouse_copies_run_under_the_lock_in_the_rescued_work():
+    """A copy changes the node: after the play's lock task, inside the block whose rescue leaves
+    the run (a failed copy or wheelhouse check must not end the playbook holding the lock)."""
+    def copies(tasks: list) -> list[str]:
+        return [task["name"] for task in tasks or []
+                if (task.get("ansible.builtin.include_role") or {}).get("name") == "gpuserve.vllm.wheelhouse"]
+
+    found = 0
+    for play in PLAYS:
+        assert not copies(imported(play.get("pre_tasks") or [])) and not copies(play.get("tasks")), play["name"]
+        for task in play.get("tasks") or []:
+            inside = copies(imported(task.get("block") or []))
+            if inside:
+                found += len(inside)
+                assert any((t.get("vars") or {}).get("__gpuserve_lock_state") == "present"
+                           for t in imported(play.get("pre_tasks") or [])), play["name"]
+                assert task["rescue"][0]["ansible.builtin.import_tasks"] == "tasks/node_failed.yml"
+    assert found == 2  # the GPU nodes' (prepare play) and the routers'

@@ -6,10 +6,13 @@ unknowable holder refuses naming it, secrets never reach the lock file's command
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
+import subprocess
 import sys
+import time
 import typing as t
 from pathlib import Path
 
@@ -300,3 +303,123 @@ def test_malformed_lock_refused_naming_path_and_left(monkeypatch, lock, content,
 
 def test_module_alone_without_a_run_id_fails(monkeypatch, lock) -> None:
     assert "no run_id" in module(monkeypatch, lock, holder={"pid": 1})["msg"] and not lock.parent.exists()
+
+
+@pytest.mark.parametrize("existing, action, words", [
+    (rec("run-me"), "keep", ["heartbeat of run run-me"]),
+    (None, "lost", ["no longer this run's (released)"]),
+    (rec(), "lost", ["no longer this run's (held by run run-a"]),
+])
+def test_renew_never_takes_a_lock(existing, action, words) -> None:
+    decision = _lock.renew(existing, ME)
+    assert decision["action"] == action and all(w in decision["msg"] for w in words), decision
+
+
+@pytest.mark.parametrize("stale_after, every, expected", [
+    (10800, 0, 1800.0),
+    (10800, 600, 600.0),
+    (10800, 3600, 3600.0),  # three beats fit exactly
+    (0, 0, 0.0),            # nothing goes stale: nothing to beat for
+    (0, 60, 0.0),
+    ("600", "0", 100.0),    # templated task arguments arrive as strings
+    (10800, 3601, None),
+    (60, 30, None),
+])
+def test_heartbeat_every(stale_after, every, expected) -> None:
+    if expected is None:
+        with pytest.raises(_lock.LockError, match="does not fit three times"):
+            _lock.heartbeat_every(stale_after, every)
+    else:
+        assert _lock.heartbeat_every(stale_after, every) == expected
+
+
+class FakeTime:
+    """A clock that only sleep() moves, and when the heartbeat beat."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.beats: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += max(seconds, 0.01)
+
+
+@pytest.mark.parametrize("dies_at, outcomes, beats_at, why", [
+    # a live run: a beat every 10 s, as long as it lives (a step of any length)
+    (35, ["keep"] * 9, [10, 20, 30], "the run ended"),
+    # the lock host did not answer: again after `retry` (3 s), then every 10 s again
+    (30, ["error", "keep", "keep"], [10, 13, 23], "the run ended"),
+    # released (or taken by another run): no beat after that, even though the run lives on
+    (1000, ["keep", "lost"], [10, 20], "the lock is no longer this run's"),
+    # a run gone before the first beat: none at all
+    (5, ["keep"], [], "the run ended"),
+])
+def test_heartbeat_loop(dies_at, outcomes, beats_at, why) -> None:
+    fake, todo = FakeTime(), list(outcomes)
+
+    def beat() -> str:
+        fake.beats.append(fake.now)
+        return todo.pop(0)
+
+    stopped = _lock.heartbeat(lambda: fake.now < dies_at, beat, 10, poll=2, retry=3, clock=lambda: fake.now,
+                              sleep=fake.sleep)
+    assert stopped == why
+    assert [round(at) for at in fake.beats] == beats_at
+    # bound to the run: it stopped within one poll of the run's end, or at the lost lock
+    assert fake.now <= dies_at + 2 or why != "the run ended"
+
+
+def test_heartbeat_ends_with_a_real_process() -> None:
+    """The liveness read of the action plugin (pid + start ticks) on a real process: killed, the
+    heartbeat stops within a poll; while it ran, it beat."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ticks = _lock.start_ticks(proc.pid)
+    beats: list[float] = []
+
+    def beat() -> str:
+        beats.append(time.monotonic())
+        if len(beats) == 3:
+            proc.kill()
+            proc.wait()
+        return "keep"
+
+    started = time.monotonic()
+    stopped = _lock.heartbeat(lambda: _lock.start_ticks(proc.pid) == ticks, beat, 0.2, poll=0.05)
+    assert stopped == "the run ended" and len(beats) == 3
+    assert time.monotonic() - beats[-1] < 1.0 and beats[0] - started >= 0.2
+
+
+def test_renew_keeps_this_runs_lock_and_leaves_any_other(monkeypatch, lock) -> None:
+    put(lock, ME)
+    kept = module(monkeypatch, lock, clock=ME["heartbeat"] + 600, state="renew", holder=ME)
+    assert (kept["failed"], kept["changed"], kept["action"]) == (False, False, "keep")
+    assert json.loads(lock.read_text()) == dict(ME, heartbeat=ME["heartbeat"] + 600)
+    put(lock, rec())
+    lost = module(monkeypatch, lock, clock=ME["heartbeat"] + 1200, state="renew", holder=ME)
+    assert (lost["failed"], lost["action"]) == (False, "lost")
+    assert json.loads(lock.read_text()) == rec()  # another run's lock: not touched
+    lock.unlink()
+    assert module(monkeypatch, lock, state="renew", holder=ME)["action"] == "lost"
+    assert not lock.exists()  # a heartbeat never takes a lock
+
+
+def test_every_change_of_the_lock_waits_for_the_directory_flock(monkeypatch, lock) -> None:
+    """A renewal read before a release must not write the lock back after it: both hold the flock."""
+    put(lock, ME)
+    fd = os.open(lock.parent, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    seen: list[bool] = []
+    real_flock = fcntl.flock
+
+    def spy(handle: int, op: int) -> None:
+        seen.append(op == fcntl.LOCK_EX and os.path.samefile(f"/proc/self/fd/{handle}", lock.parent))
+        real_flock(handle, op | fcntl.LOCK_NB)  # held by this test: must fail, not wait
+
+    monkeypatch.setattr(fleet_lock.fcntl, "flock", spy)
+    for state in ("renew", "absent", "present"):
+        result = module(monkeypatch, lock, state=state, holder=ME)
+        assert result["failed"] and "Resource temporarily unavailable" in result["msg"], (state, result)
+    assert seen == [True, True, True]
+    assert json.loads(lock.read_text()) == ME
+    os.close(fd)
