@@ -19,18 +19,23 @@ from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import 
 _apt = Engine("_apt")
 acckey = Engine("_gpu._acceptance_key")
 _bootargs = Engine("_gpu._bootargs")
+_driver_fallback = Engine("_gpu._driver_fallback")
 _driver_plan = Engine("_gpu._driver_plan")
 _nccl_tests_plan = Engine("_gpu._nccl_tests_plan")
 
 
-def gpu_node_acceptance_plan(observed: t.Any, force: t.Any = False) -> dict[str, t.Any]:
-    """gpu_node_acceptance's observe result | gpu_node_acceptance_plan(force) -> run, reason, summary."""
+def gpu_node_acceptance_plan(observed: t.Any, force: t.Any = False, server_state: t.Any = None,
+                             here: t.Any = False) -> dict[str, t.Any]:
+    """gpu_node_acceptance's observe result | gpu_node_acceptance_plan(force, server_state, here)
+    -> run, reason, summary, where (now | serve_play | "")."""
     if not isinstance(observed, dict) or not isinstance(observed.get("key"), dict):
         raise AnsibleFilterError("gpu_node_acceptance_plan: expected the result of gpuserve.vllm.gpu_node_acceptance "
                                  "with observe: true (a dict with 'key'), got %r" % (observed,))
     return acckey.plan(previous=observed.get("previous"), record_error=observed.get("record_error"),
                        key=observed["key"], force=boolean(force, strict=False),
-                       record=observed.get("record") or "the acceptance record")
+                       record=observed.get("record") or "the acceptance record",
+                       serving=_driver_plan.serving_from(str(server_state or "")) if server_state is not None else "inactive",
+                       marker=server_state is not None, here=boolean(here, strict=False))
 
 
 def gpu_node_driver_plan(observed: t.Any) -> dict[str, t.Any]:
@@ -48,6 +53,32 @@ def gpu_node_driver_plan(observed: t.Any) -> dict[str, t.Any]:
             packages=[str(name) for name in observed.get("packages") or []])
     except (_driver_plan.DriverPlanError, TypeError) as exc:
         raise AnsibleFilterError("gpu_node_driver_plan: %s" % exc) from exc
+
+
+def _listing(result: t.Any) -> str | None:
+    """A registered command's stdout when it ran and succeeded, else None (not read)."""
+    if not isinstance(result, dict) or result.get("skipped") or result.get("rc") != 0:
+        return None
+    return str(result.get("stdout") or "")
+
+
+def gpu_node_driver_fallback(observed: t.Any, started: t.Any = None) -> dict[str, t.Any]:
+    """What the serve play read after a failed staged install -> restart (on the old driver), driver, reasons,
+    message; with `started` (start.yml's outcome) the message says how the start went."""
+    if not isinstance(observed, dict) or not isinstance(observed.get("driver"), dict):
+        raise AnsibleFilterError("gpu_node_driver_fallback: expected a dict with host, failure, marker, packages, "
+                                 "dpkg_before, dpkg_after, driver (nvidia_driver_facts) and userland, got %r" % (observed,))
+    userland = observed.get("userland") if isinstance(observed.get("userland"), dict) else {}
+    ran = bool(userland) and not userland.get("skipped") and userland.get("rc") is not None
+    return _driver_fallback.decide(
+        host=str(observed.get("host") or "this node"), failure=str(observed.get("failure") or ""),
+        marker=str(observed.get("marker") or "the reboot request"),
+        packages=[str(name) for name in observed.get("packages") or []],
+        dpkg_before=_listing(observed.get("dpkg_before")), dpkg_after=_listing(observed.get("dpkg_after")),
+        kernel_module=observed["driver"].get("kernel_module") or {},
+        userland_rc=int(userland["rc"]) if ran else None, userland_out=str(userland.get("stdout") or ""),
+        userland_err=str(userland.get("stderr") or userland.get("msg") or ""),
+        started=started if isinstance(started, dict) else None)
 
 
 def gpu_node_driver_next_problems(apt_check: t.Any, packages: t.Any, min_branch: t.Any = None) -> list[str]:
@@ -123,5 +154,6 @@ class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {"gpu_node_acceptance_plan": gpu_node_acceptance_plan, "gpu_node_driver_plan": gpu_node_driver_plan,
                 "gpu_node_driver_next_problems": gpu_node_driver_next_problems,
+                "gpu_node_driver_fallback": gpu_node_driver_fallback,
                 "gpu_node_nccl_tests_plan": gpu_node_nccl_tests_plan,
                 "gpu_node_kernel_cmdline_plan": gpu_node_kernel_cmdline_plan}

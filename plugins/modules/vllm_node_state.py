@@ -15,8 +15,8 @@ description:
     M(gpuserve.vllm.vllm_node_plan)) decides from - the unit's state and main PID, the env the
     running process uses, when it started, the env link and C(<link>.previous) as real paths,
     the target env, which of these envs are built, the mtimes of the unit, the env file and the
-    restart request, the journal a killed run left, a rollback hold, a pending reboot, and the
-    server's C(/health) and C(/metrics).
+    restart request, the journal a killed run left, a rollback hold, a pending reboot or node
+    acceptance, and the server's C(/health) and C(/metrics).
   - The running env comes from the process, not from the link - C(/proc/<MainPID>/cmdline)'s
     first word is the interpreter the env's script named in its shebang (uv and venv write the
     env's real directory there), resolved to a real path. So a run killed between an env switch
@@ -110,6 +110,12 @@ options:
     default: /var/lib/gpuserve/vllm_server.rollback.json
   reboot_marker:
     description: The file gpuserve.vllm.gpu_node leaves when the node needs a reboot; empty for none.
+    type: path
+    default: ""
+  acceptance_marker:
+    description:
+      - The file gpuserve.vllm.gpu_node leaves when node acceptance is due while the server runs
+        (C(gpu_node_acceptance_marker)); empty for none.
     type: path
     default: ""
   health_url:
@@ -263,6 +269,10 @@ reboot:
   description: C(pending), C(reason), C(install) (the driver packages gpu_node staged; the serve play installs them on the stopped node before the reboot).
   returned: always
   type: dict
+acceptance:
+  description: C(pending), C(reason) - node acceptance gpu_node left for the serve play, which runs it on the drained, stopped node.
+  returned: always
+  type: dict
 listen:
   description:
     - Where the running server was read - C(host) and C(port) from its own argv (C(--host), C(--port);
@@ -405,6 +415,7 @@ def main() -> None:
             "journal": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.plan.json"},
             "hold": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.rollback.json"},
             "reboot_marker": {"type": "path", "default": ""},
+            "acceptance_marker": {"type": "path", "default": ""},
             "health_url": {"type": "str", "default": "http://127.0.0.1:8000/health"},
             "metrics_url": {"type": "str", "default": "http://127.0.0.1:8000/metrics"},
             "timeout": {"type": "int", "default": 3},
@@ -468,6 +479,7 @@ def main() -> None:
                "drafter": ns.link_mtime(p["drafter_path"]) if p["drafter_path"] else None,
                "env_code": ns.code_mtime(process["env"]) if process["env"] and not start_record["current"] else None},
         start_record=start_record, journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
+        acceptance=ns.acceptance_view(p["acceptance_marker"]),
         listen=listen, health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
         rendered={r["name"]: _rendered(r["path"], r["sha256"], r["mode"]) for r in p["rendered"]},
         boundary=_boundary(p["unit_environment"], p["unit_extra"]),

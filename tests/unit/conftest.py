@@ -28,4 +28,5 @@ def pytest_terminal_summary(terminalreporter) -> None:
                 "{held} held, {killed} killed, {failed} failed, {refused} refused; {fenced} stops refused by the "
                 "executor's fresh router read; {concurrent} concurrent runs refused by the lock, {takeovers} locks of "
                 "killed runs taken over; {put_back} put back after a failure ({put_back_old_port} under the old port "
-                "they still served at)".format(**stats))
+                "they still served at); {accepted} drained acceptances passed, {rejected} rejected, {fell_back} failed "
+                "driver installs served again on the old driver".format(**stats))

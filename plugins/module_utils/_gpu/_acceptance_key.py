@@ -6,7 +6,9 @@ loads every GPU, so the gpu_node role runs it once per change of what it proved:
 kernel, the GPUs' bus ids and PCIe links, the kernel's IOMMU/ACS switches and the NCCL settings the
 server uses. ``acceptance_key`` builds that key from what is observed on the node;
 ``plan`` compares it with the key of the last record. A record that cannot be read, or whose
-verdict was not pass, never counts as accepted.
+verdict was not pass, never counts as accepted. Acceptance that is due on a node whose vLLM
+server runs is not run under its load: ``plan`` leaves it to site.yml's serve play (``where``),
+which runs it on the node out of its routers, drained and stopped, one batch at a time.
 Pure functions; stdlib only, Python 3.9+, no Ansible imports.
 """
 
@@ -83,13 +85,35 @@ def _difference(name: str, before: t.Any, after: t.Any) -> str:
     return "%s %s -> %s" % (label, before or "unknown", after or "unknown")
 
 
+# Where acceptance that is due runs: here and now, or in the serve play (drained); "" = not due.
+WHERE_NOW, WHERE_SERVE_PLAY = "now", "serve_play"
+
+
 def plan(*, previous: t.Any, record_error: str | None, key: dict[str, t.Any], force: bool = False,
-         record: str = "the acceptance record") -> dict[str, t.Any]:
-    """Run acceptance (``run``) or not, and why (``reason``), from the last record and the observed key.
+         record: str = "the acceptance record", serving: str = "inactive", marker: bool = False,
+         here: bool = False) -> dict[str, t.Any]:
+    """Run acceptance (``run``) or not, why (``reason``), and where (``where``), from the last record,
+    the observed key and the server.
 
     ``previous`` is the record's content (None: no record), ``record_error`` why it could not be
-    read. Skipped only when the record holds this very key and the verdict pass.
+    read. Skipped only when the record holds this very key and the verdict pass. ``serving``: the
+    server unit as _driver_plan.serving_from reads it (unknown counts as serving); ``marker``: a
+    serve play takes requests (site.yml); ``here``: the caller took the node out already (the
+    serve play's own steps), so it runs now whatever the server's state.
     """
+    decided = _due(previous=previous, record_error=record_error, key=key, force=force, record=record)
+    if not decided["run"]:
+        return dict(decided, where="")
+    if here or not marker or serving == "inactive":
+        return dict(decided, where=WHERE_NOW)
+    who = "the server runs" if serving == "active" else "the server's state could not be read (taken as running)"
+    return dict(decided, where=WHERE_SERVE_PLAY,
+                reason=decided["reason"] + "; " + who + ": not under its load, the serve play runs it out of its "
+                "routers, drained and stopped, one batch at a time")
+
+
+def _due(*, previous: t.Any, record_error: str | None, key: dict[str, t.Any], force: bool,
+         record: str) -> dict[str, t.Any]:
     summary = key_summary(key)
     if force:
         return {"run": True, "reason": "asked for (gpu_node_acceptance_force or --tags acceptance)", "summary": summary}

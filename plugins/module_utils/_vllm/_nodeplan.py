@@ -7,10 +7,12 @@ restart request, a journal left by a killed run, a rollback hold, /health and /m
 routers are read (which of them list the node, healthy or not), and `plan()` turns that into
 the ordered steps of this run:
 
-    remove -> drain -> stop -> canary -> switch -> reboot -> restart -> health -> add
+    remove -> drain -> stop -> canary -> switch -> reboot -> acceptance -> restart -> health -> add
 
 each only when needed. A converged node gets no step; a stranded healthy node gets only `add`;
-a dead node is restarted without a drain; a rollback is a drained switch to the env it names.
+a dead node is restarted without a drain; a rollback is a drained switch to the env it names;
+node acceptance gpu_node left for the serve play runs on the stopped server, drained (never under
+its load), or before the start of a node that serves nothing.
 Every step that stops the server is followed by one that starts it.
 
 A read that did not answer is its own answer, never "absent" or "idle": a router whose workers
@@ -41,7 +43,7 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._nodereport im
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._nodeview import (
     Node, PlanError, Routers, _bool, _float, _int, short)
 
-STEPS = ("remove", "drain", "stop", "canary", "switch", "reboot", "restart", "health", "add")
+STEPS = ("remove", "drain", "stop", "canary", "switch", "reboot", "acceptance", "restart", "health", "add")
 STOP_SERVER_MODES = ("auto", "true", "false")
 JOURNAL_VERSION = 1
 # What a running server loaded at its start: any of these changed since it started is a restart
@@ -204,6 +206,11 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
             restart_reasons.append("vllm_server_restart_requested")
     if node.reboot_pending:
         restart_reasons.append(f"reboot pending ({node.reboot_reason or 'gpu_node'})")
+    # Acceptance needs the GPUs to itself: the server stops for it (a reboot stops it anyway).
+    acceptance = start and node.acceptance_pending
+    if acceptance:
+        restart_reasons.append(f"node acceptance pending ({node.acceptance_reason or 'gpu_node'})")
+    stop_for_acceptance = acceptance and node.alive and not node.reboot_pending
     restart = bool(restart_reasons) and start
 
     # The canary: before an env serves on this node for the first time, or on demand.
@@ -255,7 +262,7 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     # leaves it to the drain, which reads again and ends on confirmed readings only.
     if routed and stops_server and (node.metrics_reachable or not node.metrics_known):
         steps.append("drain")
-    if stop_for_canary:
+    if stop_for_canary or stop_for_acceptance:
         steps.append("stop")
     if canary:
         steps.append("canary")
@@ -263,6 +270,8 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         steps.append("switch")
     if node.reboot_pending:
         steps.append("reboot")
+    if acceptance:
+        steps.append("acceptance")
     if restart:
         steps.append("restart")
     if start and (restart or not node.healthy or journal):
@@ -273,7 +282,7 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     held = _held(node, routers, steps)
     if held:
         steps = []
-    changes = any(step in steps for step in ("stop", "canary", "switch", "reboot", "restart"))
+    changes = any(step in steps for step in ("stop", "canary", "switch", "reboot", "acceptance", "restart"))
     rollback_to = served_before if (restart and served_before and served_before != desired
                                     and node.built(served_before)) else ""
     if held:
@@ -286,6 +295,8 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         action = "upgrade"
     elif canary and not switch:
         action = "canary"
+    elif acceptance and node.alive:
+        action = "acceptance"
     elif restart:
         action = "restart" if node.alive else "start"
     elif steps == ["add"]:
@@ -335,7 +346,7 @@ def server_steps(p: t.Mapping[str, t.Any], check_mode: bool, clear_marker: bool,
 
     The journal is written before the first step that changes anything and removed after the
     last; a canary or a start that fails runs the recovery and ends the list there. A check
-    run neither reboots nor waits for a start. With `fence` (a live server, routers configured)
+    run neither reboots, runs acceptance nor waits for a start. With `fence` (a live server, routers configured)
     the routers are read again right before the first step that stops it -- after a canary
     beside it too, which may take minutes -- and none may list it or fail to answer.
     """
@@ -345,6 +356,7 @@ def server_steps(p: t.Mapping[str, t.Any], check_mode: bool, clear_marker: bool,
     kinds += [step for step in ("stop", "canary", "switch") if step in steps]
     if not check_mode:
         kinds += ["reboot"] if "reboot" in steps else []
+        kinds += ["acceptance"] if "acceptance" in steps else []
         kinds += ["start"] if "health" in steps else []
     kinds += ["clear_restart"] if clear_marker else []
     kinds += ["hold"] if p["record_hold"] else []

@@ -24,6 +24,7 @@ _HEADS = {
     "add": "put back into the routers ({state})",
     "wait": "wait for {to} ({state})",
     "canary": "canary of {to}",
+    "acceptance": "node acceptance, then {to} again",
 }
 
 

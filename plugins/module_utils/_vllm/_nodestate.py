@@ -252,6 +252,13 @@ def reboot_view(path: str) -> dict[str, t.Any]:
     return {"pending": True, "reason": lines[0].strip() if lines else "", "install": install}
 
 
+def acceptance_view(path: str) -> dict[str, t.Any]:
+    """Node acceptance gpu_node left for the serve play (due while the server ran): the file's
+    first line is the reason. The plan runs it drained, on the stopped server."""
+    view = reboot_view(path)
+    return {"pending": view["pending"], "reason": view["reason"]}
+
+
 def gauges(text: str) -> dict[str, t.Any]:
     """vLLM's running/waiting gauges and its token counters, summed over engines."""
     samples = parse_prometheus(text)

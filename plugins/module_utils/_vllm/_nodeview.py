@@ -75,6 +75,8 @@ class Node:
         self.record_env = str(record.get("env") or "")
         self.reboot_pending = _bool((raw.get("reboot") or {}).get("pending"))
         self.reboot_reason = str((raw.get("reboot") or {}).get("reason") or "")
+        self.acceptance_pending = _bool((raw.get("acceptance") or {}).get("pending"))
+        self.acceptance_reason = str((raw.get("acceptance") or {}).get("reason") or "")
         self.journal = self._record("journal")
         self.hold = self._record("hold")
         health = dict(raw.get("health") or {})

@@ -56,6 +56,7 @@ COVERED_ELSEWHERE = {
     "item": "the wheelhouse role's loop over files in wheelhouse_path (ml_env_wheelhouse)",
     "/usr/sbin/update-grub": "part of the grub package: /var/lib/dpkg/status",
     "gpu_node_reboot_marker": "site.yml wires it to __gpuserve_reboot_marker, whose existence turns the fast path off (unless_exists)",
+    "gpu_node_acceptance_marker": "site.yml wires it to __gpuserve_acceptance_marker, whose existence turns the fast path off (unless_exists)",
     "/proc/stat": "the running kernel's boot time: decides only whether a reboot is owed for gpu_node_grub_cfg, which is read",
     "gpu_node_nccl_tests_cuda_home": "nvcc, from a package (/var/lib/dpkg/status)",
     "gpu_node_nccl_tests_nccl_home": "nccl.h, from a package (/var/lib/dpkg/status)",

@@ -68,7 +68,7 @@ CASES = cases()
 def test_the_table_names_every_tag_the_playbooks_document():
     header = SITE.read_text().split("# Tags:", 1)[1].split("\n#\n", 1)[0]
     documented = {t for argv, _plays in CASES for t in ",".join(argv[1::2]).split(",")}
-    assert set(re.findall(r"\b(gpu_node|ml_env|vllm_install|eagle3_patches|vllm_router|vllm_server|canary|rollback)\b",
+    assert set(re.findall(r"\b(gpu_node|ml_env|vllm_install|eagle3_patches|vllm_router|vllm_server|canary|rollback|acceptance)\b",
                           header)) <= documented
 
 

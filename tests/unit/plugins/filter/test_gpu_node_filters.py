@@ -119,3 +119,32 @@ def test_kernel_cmdline_plan_from_what_the_role_passes() -> None:
         FILTERS["gpu_node_kernel_cmdline_plan"]({k: v for k, v in observed.items() if k != "grub_cfg"})
     with pytest.raises(AnsibleFilterError, match="expected a dict of what the node shows"):
         FILTERS["gpu_node_kernel_cmdline_plan"]("iommu=pt")
+
+
+@pytest.mark.parametrize("server_state, here, where", [
+    (None, False, "now"),  # not read: the role alone, no serve play takes a request
+    ("active", False, "serve_play"), ("activating", False, "serve_play"), ("", False, "serve_play"),
+    ("inactive", False, "now"), ("failed", False, "now"), ("active", "true", "now"),
+])
+def test_acceptance_plan_where_from_the_server_state(server_state: object, here: object, where: str) -> None:
+    assert FILTERS["gpu_node_acceptance_plan"](OBSERVED, True, server_state, here)["where"] == where
+
+
+def test_driver_fallback_reads_the_registered_results() -> None:
+    listing = {"rc": 0, "stdout": "ii \tnvidia-open\t580.82.07-1\n"}
+    observed = {"host": "gpu07", "failure": "E: Could not get lock", "marker": "/m", "packages": ["nvidia-open"],
+                "dpkg_before": listing, "dpkg_after": listing,
+                "driver": {"kernel_module": {"version": "580.82.07", "source": "/proc/driver/nvidia/version"}},
+                "userland": {"rc": 0, "stdout": "580.82.07", "stderr": ""}}
+    assert FILTERS["gpu_node_driver_fallback"](observed)["restart"] is True
+    served = FILTERS["gpu_node_driver_fallback"](observed, {"ok": True})["message"]
+    assert "gpu07 serves again on the old driver 580.82.07" in served
+    # a read that failed or was skipped is not "unchanged"; nvidia-smi missing is its rc, not a pass
+    assert FILTERS["gpu_node_driver_fallback"](dict(observed, dpkg_after={"rc": 2, "stdout": ""}))["reasons"] == [
+        "dpkg-query could not list the packages after the failure"]
+    assert FILTERS["gpu_node_driver_fallback"](dict(observed, dpkg_before={"skipped": True}))["restart"] is False
+    missing = {"rc": 2, "msg": "[Errno 2] No such file or directory: b'nvidia-smi'"}
+    assert FILTERS["gpu_node_driver_fallback"](dict(observed, userland=missing))["reasons"] == [
+        "nvidia-smi (the driver's userland) fails (rc 2: [Errno 2] No such file or directory: b'nvidia-smi')"]
+    with pytest.raises(AnsibleFilterError, match="gpu_node_driver_fallback: expected a dict"):
+        FILTERS["gpu_node_driver_fallback"]({"host": "gpu07"})

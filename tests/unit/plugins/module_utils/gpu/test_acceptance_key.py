@@ -106,3 +106,27 @@ def test_plan(previous: t.Any, record_error: str | None, observed: dict[str, t.A
     assert reason in decided["reason"]
     assert decided["summary"] == acckey.key_summary(observed)
     assert previous == before
+
+
+@pytest.mark.parametrize("previous, force, serving, marker, here, where", [
+    # not due: nowhere, whatever the server does
+    pytest.param(record(), False, "active", True, False, "", id="accepted, serving"),
+    # due on a node that serves nothing: here and now, as always
+    pytest.param(None, False, "inactive", True, False, "now", id="never run, idle"),
+    pytest.param(record("fail"), False, "inactive", True, False, "now", id="rejected and stopped: not under load"),
+    # due on a node whose server runs: the serve play, drained (unknown is not idle)
+    pytest.param(None, False, "active", True, False, "serve_play", id="never run, serving"),
+    pytest.param(record(), True, "active", True, False, "serve_play", id="--tags acceptance, serving"),
+    pytest.param(record(kernel_release="6.8.0-71-generic"), False, "unknown", True, False, "serve_play",
+                 id="changed, state unknown"),
+    # no serve play to take it (the role alone): here, as before
+    pytest.param(None, False, "active", False, False, "now", id="no marker"),
+    # the serve play's own step: the node is out, drained and stopped already
+    pytest.param(record(), True, "active", True, True, "now", id="the serve play's step"),
+])
+def test_plan_where(previous: t.Any, force: bool, serving: str, marker: bool, here: bool, where: str) -> None:
+    decided = acckey.plan(previous=previous, record_error=None, key=key(), force=force, record="/r.json",
+                          serving=serving, marker=marker, here=here)
+    assert decided["where"] == where
+    assert decided["run"] is bool(where)
+    assert ("the serve play runs it out of its routers, drained and stopped" in decided["reason"]) is (where == "serve_play")

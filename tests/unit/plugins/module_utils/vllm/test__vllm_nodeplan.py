@@ -23,11 +23,12 @@ def node(*, running: str | None = A, healthy: bool = True, link: str = A, previo
          files: dict | None = None, built: tuple = (A, B, C), gpus: list | None = None,
          metrics: bool | None = None, unit: str = "loaded", reboot: bool = False,
          sub: str | None = None, health_known: bool = True, metrics_known: bool = True,
-         start_record: dict | None = None, need_daemon_reload: bool = False) -> dict:
+         start_record: dict | None = None, need_daemon_reload: bool = False, acceptance: bool = False) -> dict:
     """A vllm_node_state result: `running` is the env of the live process (None: not running);
     `health_known`/`metrics_known` False: the read timed out (tests/unit/plugins/modules/
     test_vllm_node_state.py makes one against a real socket that never answers);
-    `need_daemon_reload`: systemd's NeedDaemonReload=yes (the unit file was written, not loaded)."""
+    `need_daemon_reload`: systemd's NeedDaemonReload=yes (the unit file was written, not loaded);
+    `acceptance`: gpu_node left node acceptance for the serve play (due while the server ran)."""
     alive = running is not None
     return {
         "unit": {"load_state": unit, "active_state": "active" if alive else "failed",
@@ -42,6 +43,7 @@ def node(*, running: str | None = A, healthy: bool = True, link: str = A, previo
         "start_record": start_record or {"present": False, "current": False, "changed": [], "error": ""},
         "journal": journal, "hold": hold,
         "reboot": {"pending": reboot, "reason": "new kernel command line" if reboot else ""},
+        "acceptance": {"pending": acceptance, "reason": "node acceptance: NCCL settings changed" if acceptance else ""},
         "health": ({"status": None, "error": "timed out", "known": False, "tries": 3} if not health_known else
                    {"status": 200 if alive and healthy else None, "error": "" if alive and healthy else "refused",
                     "known": True, "tries": 1}),
@@ -216,6 +218,23 @@ CASES = [
     ("/metrics timed out at plan time: the drain stays (it reads again)",
      node(target=B, metrics_known=False), LISTED, {},
      ["remove", "drain", "stop", "canary", "switch", "restart", "health", "add"], "upgrade"),
+    # Node acceptance gpu_node left for the serve play: never beside a live server.
+    ("acceptance behind a router: out, drained, stopped, accepted, started, back in", node(target=A, acceptance=True),
+     LISTED, {}, ["remove", "drain", "stop", "acceptance", "restart", "health", "add"], "acceptance"),
+    ("acceptance without routers: stopped, accepted, started", node(target=A, acceptance=True), [], {},
+     ["stop", "acceptance", "restart", "health"], "acceptance"),
+    ("acceptance on a node that serves nothing: before its start", node(running=None, target=A, acceptance=True),
+     UNLISTED, {}, ["acceptance", "restart", "health", "add"], "start"),
+    ("acceptance with a reboot: the reboot stops the server, acceptance after it",
+     node(target=A, acceptance=True, reboot=True), LISTED, {},
+     ["remove", "drain", "reboot", "acceptance", "restart", "health", "add"], "acceptance"),
+    ("acceptance with an upgrade: one stop for both, the canary first",
+     node(target=B, acceptance=True), LISTED, {},
+     ["remove", "drain", "stop", "canary", "switch", "acceptance", "restart", "health", "add"], "upgrade"),
+    ("acceptance while the router does not answer: held, nothing stopped", node(target=A, acceptance=True),
+     UNKNOWN, {}, [], "held"),
+    ("acceptance without a GPU to serve (vllm_server_start false): nothing", node(running=None, target=A, acceptance=True),
+     [], {"start": False}, [], "none"),
 ]
 
 
@@ -239,6 +258,11 @@ SERVER_STEPS = [
      ["journal", "fence", "stop", "canary", "switch", "start", "clear_restart", "journal_done"]),
     ("reboot pending: reboot before the start", node(target=A, reboot=True), LISTED, {},
      ["journal", "fence", "reboot", "start", "clear_restart", "journal_done"]),
+    ("acceptance: the routers read again before the stop, acceptance on the stopped server",
+     node(target=A, acceptance=True), LISTED, {},
+     ["journal", "fence", "stop", "acceptance", "start", "clear_restart", "journal_done"]),
+    ("acceptance in check mode: neither run nor waited for", node(target=A, acceptance=True), LISTED,
+     {"check_mode": True}, ["journal", "stop", "clear_restart", "journal_done"]),
     ("dead node: started, no canary, nothing live to fence", node(running=None, target=A), LISTED, {},
      ["journal", "start", "clear_restart", "journal_done"]),
     ("canary beside the live server behind a router: the routers read again after it, before the restart",
@@ -287,6 +311,9 @@ def test_every_stop_is_followed_by_a_start():
         for stopper in ("stop", "reboot"):
             if stopper in steps:
                 assert "restart" in steps[steps.index(stopper):], _id
+        if "acceptance" in steps:  # the GPUs to itself: nothing serves while it runs
+            before = steps[:steps.index("acceptance")]
+            assert "stop" in before or "reboot" in before or not observed["unit"]["main_pid"], _id
         if "remove" in steps:
             assert steps[-1] == "add", _id
 

@@ -4,12 +4,14 @@ hypothesis draws a fleet (nodes x the env each runs and its links x a journal le
 run x a rollback hold x a unit file systemd has not loaded x whether its start record is the
 running start's x the routers listing it) and a sequence of rounds. Each round is world events
 (a server dies, a node is taken out of a router by hand, the pins change, a restart or a
-rollback is asked for, a reboot becomes pending, the inventory moves a node to another port, a
-run writes the unit and is killed before its daemon-reload, a server crashes and systemd
-restarts the unit it has in memory) and one site.yml run with faults (a router's or a node's
-read that does not answer, the run killed after any step, any step that fails -- a drain or an
-add that times out, the fence, a canary or a start -- a second operator's run started while it
-runs). Each run takes the fleet lock first with the real
+rollback is asked for, a reboot becomes pending, node acceptance becomes due (gpu_node's
+request), the inventory moves a node to another port, a run writes the unit and is killed
+before its daemon-reload, a server crashes and systemd restarts the unit it has in memory) and
+one site.yml run with faults (a router's or a node's read that does not answer, the run killed
+after any step, any step that fails -- a drain or an add that times out, the fence, a canary or
+a start --, a staged driver install that fails after the stop -- the old driver untouched or
+not --, a node acceptance rejects, a second operator's run started while it runs). Each run
+takes the fleet lock first with the real
 `_lock.decide()`: a second run while the first lives is refused and changes nothing; the lock a
 killed run left is taken over by the next. The run is simulated the way
 playbooks/tasks/serve_node.yml and roles/vllm_server/tasks/execute.yml and recover.yml execute a
@@ -21,8 +23,9 @@ the real `vllm_router_back_url` decision, back into every router that answers).
 
 Asserted after every step: a live server is never stopped or restarted while any router lists it
 under any URL, its old port's too (whatever that router's read said); a node whose reads did not all answer gets no disruptive step;
-a removal never takes a router below its floor; after a failure, a node that served routed
-is listed again by every router that answers, under the URL it serves at. Asserted at the end: once the faults stop, two
+a removal never takes a router below its floor; acceptance never runs beside a live server;
+after a failure, a node that served routed is listed again by every router that answers, under
+the URL it serves at. Asserted at the end: once the faults stop, two
 runs bring every node to serving what its plan says, listed healthy by every router, no journal,
 and the next plan has no step; every router lists each node under its inventory URL alone, and
 every server runs the unit file on disk (a node without a start record of its own start is seen
@@ -50,7 +53,8 @@ FLOOR = 1
 DISRUPTIVE = ("stop", "restart", "reboot")
 STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0, "moves": 0,
                          "refused": 0, "killed": 0, "failed": 0, "fenced": 0, "concurrent": 0, "takeovers": 0,
-                         "not_loaded": 0, "put_back": 0, "put_back_old_port": 0}
+                         "not_loaded": 0, "accepted": 0, "rejected": 0, "fell_back": 0, "put_back": 0,
+                         "put_back_old_port": 0}
 
 
 class Fleet:
@@ -122,6 +126,7 @@ class Fleet:
             "listen": {"port": n["port"], "source": "process" if alive else "configured"},
             "journal": copy.deepcopy(n["journal"]), "hold": copy.deepcopy(n["hold"]),
             "reboot": {"pending": n["reboot"], "reason": "new kernel command line" if n["reboot"] else ""},
+            "acceptance": {"pending": n["acceptance"], "reason": "NCCL settings changed" if n["acceptance"] else ""},
             "health": ({"status": None, "error": "timed out", "known": False, "tries": 3} if health_unknown
                        else {"status": 200 if alive else None, "error": "" if alive else "refused",
                              "known": True, "tries": 1}),
@@ -235,7 +240,25 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
             step_done()
         elif kind == "reboot":
             check_may_stop(fleet, name, "reboot", unknown)
+            if name in faults["install_fails"]:  # apt fails after the stop (driver_fallback.yml)
+                n["alive"] = False
+                if faults["install_fails"][name]:  # the old driver untouched: started again on it
+                    STATS["fell_back"] += 1
+                    n["alive"], n["running"], n["started"], n["port"] = True, n["link"], fleet.tick(), n["wanted"]
+                    n["not_loaded"] = n["old_unit"] = False
+                raise Failed("driver install")  # the request stays: the next run tries again
             n["alive"], n["reboot"], n["not_loaded"] = False, False, False  # the boot loads every unit file
+            if n["acceptance"]:  # gpu_node's after_reboot.yml: acceptance on the new boot answers it
+                n["acceptance"] = False
+            step_done()
+        elif kind == "acceptance":  # steps/acceptance.yml: the GPUs to itself
+            assert not n["alive"], f"{name}: node acceptance beside a live server"
+            if n["acceptance"]:
+                if name in faults["rejects"]:
+                    STATS["rejected"] += 1
+                    raise Failed("acceptance")  # stays stopped and out, the request kept
+                STATS["accepted"] += 1
+                n["acceptance"] = False
             step_done()
         elif kind == "start":
             if "restart" in steps:
@@ -429,7 +452,7 @@ def rescue(fleet: Fleet, name: str, p: dict[str, t.Any], port: int, faults: dict
 
 
 NO_FAULTS: dict[str, t.Any] = {"unknown": set(), "kill": {}, "fail": {}, "canary_fails": set(), "start_fails": set(),
-                               "readd": set(), "concurrent": False}
+                               "readd": set(), "concurrent": False, "install_fails": {}, "rejects": set()}
 
 node_strategy = st.fixed_dictionaries({
     "alive": st.booleans(),
@@ -444,6 +467,7 @@ node_strategy = st.fixed_dictionaries({
     "hold": st.none() | st.builds(lambda frm, to: {"from": frm, "to": to, "at": "x"},
                                   st.sampled_from(ENVS), st.sampled_from(ENVS)),
     "reboot": st.booleans(),
+    "acceptance": st.booleans(),  # gpu_node's request: due while the server ran
     "marker": st.none() | st.just(500.0) | st.just(5000.0),
     "record": st.booleans(),  # its start record is its running start's own (else: file times)
     "not_loaded": st.booleans(),  # a killed run's unit on disk, systemd's NeedDaemonReload
@@ -461,6 +485,9 @@ def faults_strategy(names: list[str]) -> st.SearchStrategy[dict[str, t.Any]]:
         "start_fails": st.sets(st.sampled_from(names), max_size=1),
         "readd": st.sets(st.sampled_from(names), max_size=1),
         "concurrent": st.booleans(),
+        # a staged driver install failing after the stop: True, the old driver untouched (started again)
+        "install_fails": st.dictionaries(st.sampled_from(names), st.booleans(), max_size=1),
+        "rejects": st.sets(st.sampled_from(names), max_size=1),
     })
 
 
@@ -478,6 +505,8 @@ def world(fleet: Fleet, event: tuple[str, str]) -> None:
         fleet.nodes[arg]["marker"] = fleet.tick()
     elif kind == "reboot_pending":
         fleet.nodes[arg]["reboot"] = True
+    elif kind == "acceptance_due":  # the prepare play found acceptance due while the server ran
+        fleet.nodes[arg]["acceptance"] = True
     elif kind == "port":  # -e vllm_server_port=... or the inventory's port changed for this node
         n = fleet.nodes[arg]
         n["wanted"] = PORTS[1 - PORTS.index(n["wanted"])]
@@ -507,8 +536,8 @@ def test_the_plan_keeps_the_invariants_and_converges(data):
     fleet = Fleet(nodes, routers, data.draw(st.sampled_from(ENVS), label="pins"))
     STATS["fleets"] += 1
     # "port" twice: a move is a change of setting the whole run has to carry (and fail in) drained.
-    events = st.tuples(st.sampled_from(("dies", "unlisted", "restart_asked", "reboot_pending", "port", "unit_written",
-                                        "crash_restart", "port")), st.sampled_from(names)) | \
+    events = st.tuples(st.sampled_from(("dies", "unlisted", "restart_asked", "reboot_pending", "acceptance_due", "port",
+                                        "unit_written", "crash_restart", "port")), st.sampled_from(names)) | \
         st.tuples(st.just("pins"), st.sampled_from(ENVS))
     for _round in range(data.draw(st.integers(1, 4), label="rounds")):
         STATS["rounds"] += 1
@@ -534,6 +563,7 @@ def test_the_plan_keeps_the_invariants_and_converges(data):
         assert n["alive"] and n["running"] == n["link"] == p["to"] and n["journal"] is None, (name, n)
         assert n["port"] == n["wanted"], (name, n)
         assert not n["old_unit"] and not n["not_loaded"], f"{name} runs a unit systemd has not loaded: {n}"
+        assert not n["reboot"] and not n["acceptance"], f"{name}: a reboot or acceptance still pending: {n}"
         assert all({u for u in fleet.lists[r] if vf.url_host(u) == name} == {fleet.url(name)} for r in routers), \
             (name, fleet.lists)
 
@@ -543,4 +573,5 @@ def test_the_model_is_not_vacuous():
     invariants above were checked on nothing). Runs after the property test in this file."""
     assert STATS["fleets"] >= 100 and STATS["steps"] > 1000
     assert min(STATS["held"], STATS["killed"], STATS["failed"], STATS["fenced"], STATS["concurrent"],
-               STATS["takeovers"], STATS["moves"], STATS["not_loaded"], STATS["put_back"], STATS["put_back_old_port"]) > 0, STATS
+               STATS["takeovers"], STATS["moves"], STATS["not_loaded"], STATS["accepted"], STATS["rejected"],
+               STATS["fell_back"], STATS["put_back"], STATS["put_back_old_port"]) > 0, STATS

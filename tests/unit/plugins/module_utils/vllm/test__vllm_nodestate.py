@@ -179,6 +179,18 @@ def test_reboot_view_without_a_request(tmp_path) -> None:
     assert ns.reboot_view("") == {"pending": False, "reason": "", "install": []}
 
 
+def test_acceptance_view_reads_the_reason_gpu_node_wrote(tmp_path) -> None:
+    marker = tmp_path / "acceptance-pending"
+    assert ns.acceptance_view(str(marker)) == {"pending": False, "reason": ""}
+    assert ns.acceptance_view("") == {"pending": False, "reason": ""}
+    # as gpu_node's acceptance.yml writes it on a serving node
+    marker.write_text("node acceptance: asked for (gpu_node_acceptance_force or --tags acceptance); the server runs: "
+                      "... (gpuserve.vllm.gpu_node)\n", encoding="utf-8")
+    assert ns.acceptance_view(str(marker)) == {
+        "pending": True, "reason": "node acceptance: asked for (gpu_node_acceptance_force or --tags acceptance); "
+                                   "the server runs: ... (gpuserve.vllm.gpu_node)"}
+
+
 def test_a_running_server_is_read_where_its_argv_says_it_listens(store):
     """The unit's ExecStart as the role renders it (_server.serve_argv), started for real through
     the stable link, its /proc cmdline read back: a server started on port 8001 is read there
