@@ -23,8 +23,7 @@ class _Endless(http.server.BaseHTTPRequestHandler):
         self.send_response(200 if self.path == "/metrics" else 503)
         self.end_headers()
         try:
-            for _ in range(10_000):
-                self.wfile.write(b"x" * 65536)
+            self.wfile.write(b"x" * (64 * 1024 * 1024))  # twice the default cap, more than any test's
         except OSError:
             pass
 
