@@ -269,6 +269,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _saferead
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _pyenv
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import (
     _preflight_backends,
@@ -285,10 +286,11 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._preflight imp
 )
 
 # The scripts' own sources (from the AnsiballZ payload on the node), run by the ml-env python;
-# the probe imports its stages from files of their own names beside it.
+# the probe imports its stages from files of their own names beside it, and both the probe's
+# directory and the key's hold _saferead.py, through which the key reads the checkpoints.
 PROBE = inspect.getsource(_preflight_probe)
 STAGES = {f"{stage.__name__.rsplit('.', 1)[-1]}.py": inspect.getsource(stage)
-          for stage in (_preflight_backends, _preflight_stub)}
+          for stage in (_preflight_backends, _preflight_stub, _saferead)}
 KEY = inspect.getsource(_preflight_key)
 
 

@@ -9,12 +9,35 @@ and plugins on the controller.
 from __future__ import annotations
 
 import json
+import time
 import typing as t
+
+# The most of an answer's body read (vLLM's /metrics is some hundred KiB with many engines): the
+# service answers root's probes, and a body without end would be read into root's memory.
+BODY_LIMIT = 32 * 1024 * 1024
+
+
+def read_body(response: t.Any, limit: int = BODY_LIMIT, seconds: float = 60.0) -> bytes:
+    """At most `limit` bytes of a body, within `seconds` in all (the socket's timeout bounds each
+    read, a trickle is bounded here); ValueError past either."""
+    chunks, total, end = [], 0, time.monotonic() + seconds
+    while True:
+        block = response.read(64 * 1024)
+        if not block:
+            return b"".join(chunks)
+        total += len(block)
+        if total > limit:
+            raise ValueError(f"the answer is over {limit} bytes: not read")
+        if time.monotonic() > end:
+            raise ValueError(f"the answer took over {seconds:g} s: not read")
+        chunks.append(block)
 
 
 def http_request(url: str, *, method: str = "GET", body: t.Any = None, api_key: str | None = None,
-                 timeout: float = 5.0) -> tuple[int | None, str]:
-    """(status, text) of one request; status None with the error text when nothing answered."""
+                 timeout: float = 5.0, limit: int = BODY_LIMIT) -> tuple[int | None, str]:
+    """(status, text) of one request; status None with the error text when nothing answered, or
+    when the body is over `limit` bytes or does not end within a few timeouts (unknown, not an
+    answer)."""
     import urllib.error
     import urllib.request
 
@@ -29,9 +52,12 @@ def http_request(url: str, *, method: str = "GET", body: t.Any = None, api_key: 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(request, timeout=timeout) as response:
-            return response.status, response.read().decode("utf-8", "replace")
+            return response.status, read_body(response, limit, 4 * timeout).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode("utf-8", "replace")
+        try:
+            return exc.code, read_body(exc, limit, 4 * timeout).decode("utf-8", "replace")
+        except (OSError, ValueError) as unread:
+            return None, str(unread)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         return None, str(reason)

@@ -215,7 +215,8 @@ def start_view(path: str, invocation: str, model: str, drafter: str, unit: str, 
     if view["current"]:
         now = sr.fingerprint(unit, env_file, nccl_conf, view["env"], model, drafter)
         view["changed"] = sr.changed(record["fingerprint"], now)
-        view["unreadable"] = [f"{name} ({now[name]})" for name in sr.unreadable(now)]
+        view["unreadable"] = [f"{name} ({now[name] if str(now[name]).startswith('unreadable') else 'at the start'})"
+                              for name in sr.unreadable(now, record["fingerprint"])]
     return view
 
 

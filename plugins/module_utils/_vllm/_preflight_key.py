@@ -41,6 +41,12 @@ import os
 import sys
 import typing as t
 
+if __package__:  # a module of the collection (the module's sources, the unit tests)
+    from ansible_collections.gpuserve.vllm.plugins.module_utils import _saferead as safe
+else:  # the script: _saferead.py lies beside it (a stage), a directory isolated mode (-I) leaves off sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _saferead as safe
+
 ENV_PREFIXES = ("VLLM_", "HF_", "TRANSFORMERS_", "CUDA_", "PYTHONPATH", "NVIDIA_")
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 CHECKPOINT_SUFFIXES = (".json", ".py", ".jinja")
@@ -210,20 +216,22 @@ def file_digest(path: str) -> str:
         st = os.stat(path)
         if st.st_size > READ_LIMIT:
             return f"stat:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
     except OSError as exc:
         return f"unreadable: {exc.strerror}"
+    found = safe.digest(os.path.abspath(path), READ_LIMIT)
+    return found[len("sha256:"):] if found.startswith("sha256:") else found
 
 
 def checkpoint_digest(path: str) -> dict[str, str]:
     """sha256 of each top-level *.json / *.py file of a checkpoint directory (no weights)."""
     digests = {}
     for name in sorted(os.listdir(path)):
-        full = os.path.join(path, name)
-        if name.endswith(CHECKPOINT_SUFFIXES) and os.path.isfile(full):
-            with open(full, "rb") as handle:
-                digests[name] = hashlib.sha256(handle.read()).hexdigest()
+        full = os.path.join(os.path.abspath(path), name)
+        if name.endswith(CHECKPOINT_SUFFIXES) and os.path.lexists(full) and not os.path.isdir(full):
+            # The service user's directory: read through _saferead (a FIFO, a device, another
+            # user's link or a file over READ_LIMIT is keyed as "unreadable: <why>", never read).
+            found = safe.digest(full, READ_LIMIT)
+            digests[name] = found[len("sha256:"):] if found.startswith("sha256:") else found
     return digests
 
 

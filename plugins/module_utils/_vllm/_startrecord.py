@@ -18,8 +18,14 @@ the server (after a daemon-reload) instead of taking the old flags for the new o
 
 The fingerprint reads, never imports: file digests, stat calls over vLLM's code (its
 `*.dist-info` directories and the files under `vllm/`, bytecode left out, ~0.05 s for 3,500
-files), the link's real path and a revision's manifest. Stdlib only, Python 3.9+, no import from
-the collection: it also runs as a script with the system python (`python3 -I -B`).
+files), the link's real path and a revision's manifest. What lies in the service user's model and
+drafter directories is read through _saferead (no link another user placed is followed, no FIFO
+or device opened, a size cap, a time bound) and kept as digests, never as lines: the record is
+world-readable. A refused read is recorded as "unreadable: <why>" and compares as unknown.
+
+Stdlib only, Python 3.9+. It also runs alone as a script with the system python (`python3 -I
+-B`, from the unit as root): then it imports _saferead from beside it, where the vllm_server
+role installs the collection's own copy (root's, in a root-only directory).
 """
 
 from __future__ import annotations
@@ -35,6 +41,12 @@ import tempfile
 import time
 import typing as t
 
+if __package__:  # a module of the collection (vllm_node_state, the unit tests)
+    from ansible_collections.gpuserve.vllm.plugins.module_utils import _saferead as safe
+else:  # the unit's script: _saferead.py lies beside it, a directory isolated mode (-I) leaves off sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _saferead as safe
+
 FORMAT = 1
 # The names compared, in the order the plan reports them.
 FIELDS = ("unit", "env_file", "nccl_conf", "env_code", "model", "drafter")
@@ -45,23 +57,21 @@ HF_METADATA = os.path.join(".cache", "huggingface", "download")
 # PATH the env file could set. The start waits for it at most SYSTEMCTL_TIMEOUT seconds.
 SYSTEMCTL = ("/usr/bin/systemctl", "/bin/systemctl")
 SYSTEMCTL_TIMEOUT = 5
+# The caps of root's reads: a unit, env or NCCL file, a manifest (one line a file of a checkpoint),
+# one `*.metadata` file (three short lines).
+FILE_LIMIT = 1024 * 1024
+MANIFEST_LIMIT = 16 * 1024 * 1024
+METADATA_LIMIT = 4096
 
 
 class RecordError(ValueError):
     """A start record that is not what this file writes; the message names the file."""
 
 
-def file_digest(path: str) -> str:
-    """`sha256:<hex>` of a file's bytes, `absent` when there is none, `unreadable: <why>`."""
-    if not path:
-        return "absent"
-    try:
-        with open(path, "rb") as handle:
-            return "sha256:" + hashlib.sha256(handle.read()).hexdigest()
-    except FileNotFoundError:
-        return "absent"
-    except OSError as exc:
-        return f"unreadable: {exc.strerror}"
+def file_digest(path: str, limit: int = FILE_LIMIT) -> str:
+    """`sha256:<hex>` of a file's bytes, `absent` when there is none, `unreadable: <why>` (a
+    link another user placed, not a regular file, over `limit` bytes: _saferead)."""
+    return safe.digest(path, limit) if path else "absent"
 
 
 def code_files(env: str) -> t.Iterator[tuple[str, os.stat_result]]:
@@ -112,24 +122,32 @@ def vllm_version(env: str) -> str:
 
 
 def checkpoint_identity(path: str) -> str:
-    """Which revision a model path names: its real path and the revision's manifest (staged by
-    vllm_weights) or the commits `hf download` recorded; `absent` when the path names none."""
+    """Which revision a model path names: its real path and the digest of the revision's
+    manifest (staged by vllm_weights) or of the commits `hf download` recorded (each
+    `*.metadata` file's first line; digested, never copied: the directory is the service
+    user's); `absent` when the path names none; `unreadable: <why>` when any of it is refused."""
     if not path:
         return "absent"
-    real = os.path.realpath(path)
-    if not os.path.isdir(real):
+    try:
+        real = safe.directory(path)
+        manifest = file_digest(os.path.join(real, MANIFEST), MANIFEST_LIMIT)
+        if manifest != "absent":
+            return manifest if manifest.startswith("unreadable") else f"{real} manifest {manifest}"
+        commits = set()
+        for meta, refused in safe.files(os.path.join(real, HF_METADATA), ".metadata"):
+            if refused:
+                raise safe.Unreadable(meta, refused)
+            try:
+                commits.add(safe.read_bytes(meta, METADATA_LIMIT).split(b"\n", 1)[0].strip())
+            except safe.Absent:  # removed since it was listed
+                continue
+    except safe.Absent:
         return "absent"
-    manifest = file_digest(os.path.join(real, MANIFEST))
-    if manifest != "absent":
-        return f"{real} manifest {manifest}"
-    commits = set()
-    for meta in glob.glob(os.path.join(glob.escape(real), HF_METADATA, "**", "*.metadata"), recursive=True):
-        try:
-            with open(meta, encoding="utf-8") as handle:
-                commits.add(handle.readline().strip())
-        except OSError:
-            continue
-    return f"{real} commits {','.join(sorted(commits))}" if commits else real
+    except safe.Unreadable as exc:
+        return str(exc)
+    if not commits:
+        return real
+    return f"{real} commits sha256:" + hashlib.sha256(b"\n".join(sorted(commits))).hexdigest()
 
 
 def env_of(executable: str) -> str:
@@ -177,14 +195,17 @@ def as_loaded(digest: str, need_reload: str) -> str:
 
 def changed(started: t.Mapping[str, t.Any], now: t.Mapping[str, t.Any]) -> list[str]:
     """The names of FIELDS whose value at the start differs from now's, in FIELDS' order. A file
-    that cannot be read now is not a change (unknown is not changed: see unreadable())."""
+    that could not be read, at the start or now, is not a change (unknown is not changed: see
+    unreadable())."""
     return [name for name in FIELDS if str(started.get(name)) != str(now.get(name))
-            and not str(now.get(name)).startswith("unreadable")]
+            and name not in unreadable(now, started)]
 
 
-def unreadable(now: t.Mapping[str, t.Any]) -> list[str]:
-    """The names of FIELDS whose file could not be read now: neither changed nor unchanged."""
-    return [name for name in FIELDS if str(now.get(name)).startswith("unreadable")]
+def unreadable(now: t.Mapping[str, t.Any], started: t.Mapping[str, t.Any] | None = None) -> list[str]:
+    """The names of FIELDS whose file could not be read now (or, given the start record's
+    fingerprint, at the start): neither changed nor unchanged."""
+    return [name for name in FIELDS if str(now.get(name)).startswith("unreadable")
+            or str((started or {}).get(name)).startswith("unreadable")]
 
 
 def make(invocation: str, env: str, files: t.Mapping[str, str], at: float) -> dict[str, t.Any]:

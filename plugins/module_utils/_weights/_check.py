@@ -11,6 +11,7 @@ import json
 import os
 import typing as t
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _saferead as safe
 from ansible_collections.gpuserve.vllm.plugins.module_utils._weights._safetensors import size_problem
 
 
@@ -28,8 +29,13 @@ def check_weights_dir(path: str, headers: bool = True) -> dict[str, t.Any]:
     problems: list[str] = []
     shards: list[str] = []
     result: dict[str, t.Any] = {"path": path, "problems": problems, "shards": shards}
-    if not os.path.isdir(path):
+    try:
+        safe.directory(path)
+    except safe.Absent:
         problems.append(f"{path}: directory does not exist")
+        return result
+    except safe.Unreadable as exc:
+        problems.append(str(exc))
         return result
 
     def _size(name: str) -> int | None:
@@ -43,12 +49,14 @@ def check_weights_dir(path: str, headers: bool = True) -> dict[str, t.Any]:
         problems.append(f"{os.path.join(path, 'config.json')}: empty")
 
     index_path = os.path.join(path, INDEX_NAME)
-    if os.path.isfile(index_path):
+    if os.path.lexists(index_path):  # a planted FIFO or link is refused by name below
         try:
-            with open(index_path, encoding="utf-8") as handle:
-                weight_map = json.load(handle).get("weight_map")
+            weight_map = json.loads(safe.read_text(index_path, INDEX_LIMIT)).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map:
                 raise ValueError("no weight_map")
+        except safe.Unreadable as exc:
+            problems.append(str(exc))
+            return result
         except (ValueError, AttributeError) as exc:
             problems.append(f"{index_path}: unreadable index ({exc})")
             return result
@@ -87,21 +95,29 @@ def _header_problem(shard: str, size: int, problems: list[str]) -> None:
 # _local_folder.write_download_metadata).
 HF_METADATA_DIR = os.path.join(".cache", "huggingface", "download")
 COMMIT_LENGTH = 40
+METADATA_LIMIT = 4096
+INDEX_LIMIT = 64 * 1024 * 1024
 
 
 def downloaded_commits(path: str) -> dict[str, int]:
-    """{commit: number of files} that `hf download --local-dir` recorded in `path` (read only)."""
+    """{commit: number of files} that `hf download --local-dir` recorded in `path` (read only,
+    through _saferead: root reads the service user's directory); a metadata file that is
+    refused, or whose first line is not a commit, counts as "(unreadable)", never as its line."""
     found: dict[str, int] = {}
-    for root, _dirs, files in os.walk(os.path.join(path, HF_METADATA_DIR)):
-        for name in files:
-            if not name.endswith(".metadata"):
-                continue
+    try:
+        listed = safe.files(os.path.join(path, HF_METADATA_DIR), ".metadata")
+    except safe.Unreadable:
+        return {"(unreadable)": 1}
+    for meta, refused in listed:
+        commit = ""
+        if not refused:
             try:
-                with open(os.path.join(root, name), encoding="utf-8") as handle:
-                    commit = handle.readline().strip()
-            except (OSError, UnicodeDecodeError):
+                commit = safe.read_bytes(meta, METADATA_LIMIT).split(b"\n", 1)[0].strip().decode("ascii")
+            except (safe.Unreadable, UnicodeDecodeError):
                 commit = ""
-            found[commit or "(unreadable)"] = found.get(commit or "(unreadable)", 0) + 1
+        if len(commit) != COMMIT_LENGTH or any(c not in "0123456789abcdef" for c in commit):
+            commit = "(unreadable)"
+        found[commit] = found.get(commit, 0) + 1
     return found
 
 

@@ -16,6 +16,8 @@ import os
 import struct
 import typing as t
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _saferead as safe
+
 # The safetensors library refuses headers above 100 MB (MAX_HEADER_SIZE in safetensors' Rust
 # crate); a larger length field means the first 8 bytes are not a safetensors header at all.
 MAX_HEADER_BYTES = 100_000_000
@@ -26,8 +28,18 @@ class HeaderError(ValueError):
 
 
 def expected_size(path: str) -> int:
-    """The exact size the file must have according to its header; HeaderError if unreadable."""
-    with open(path, "rb") as handle:
+    """The exact size the file must have according to its header; HeaderError if unreadable.
+    Opened through _saferead (root checks the service user's directories): a link another user
+    placed, a FIFO or a device is refused as unreadable."""
+    try:
+        with safe.opened(path, limit=2 ** 62) as (fd, _info, _deadline):
+            return _from_header(path, os.fdopen(os.dup(fd), "rb"))
+    except safe.Unreadable as exc:
+        raise HeaderError(f"{path}: cannot read ({exc.why})") from None
+
+
+def _from_header(path: str, handle: t.BinaryIO) -> int:
+    with handle:
         head = handle.read(8)
         if len(head) < 8:
             raise HeaderError(f"{path}: {len(head)} bytes, shorter than the 8-byte header length "

@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpuserve_textf
 from gpuserve_textfile import label as _label, write_atomic  # noqa: E402
 
 SUCCESS = "gpuserve_router_workers_read_success"
+BODY_LIMIT = 4 * 1024 * 1024
 TIMESTAMP = "gpuserve_router_workers_timestamp_seconds"
 LISTED = "gpuserve_router_worker_listed"
 
@@ -65,7 +66,10 @@ def render(expected: t.Mapping[str, str], listed: t.Sequence[str] | None, now: f
 def read_workers(router: str, timeout: float = 10.0) -> list[str] | None:
     try:
         with urllib.request.urlopen(f"{router.rstrip('/')}/workers", timeout=timeout) as response:
-            return listed_urls(json.load(response))
+            body = response.read(BODY_LIMIT + 1)  # root runs this: the answer's size is capped
+        if len(body) > BODY_LIMIT:
+            raise ValueError(f"the answer is over {BODY_LIMIT} bytes: not read")
+        return listed_urls(json.loads(body))
     except (OSError, ValueError) as exc:  # refused, timed out, HTTP error, not JSON
         sys.stderr.write(f"{router}/workers did not answer: {exc}\n")
         return None

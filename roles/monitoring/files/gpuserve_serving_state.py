@@ -15,8 +15,8 @@ running server loaded, not what is on disk now. From it:
     gpuserve_vllm_serving_info{node,vllm_version,env,model,drafter} 1
 
 (`env` the env directory's name, content-addressed by ml_env; `model` and `drafter` the revision
-directory's name and the first 12 hex of its manifest's digest, or the commits `hf download`
-recorded), and the start's time. No record: no info series (no server ever started); a record
+directory's name and the first 12 hex of its manifest's digest or of the commits `hf download`
+recorded, or "unreadable" where the start could not read them), and the start's time. No record: no info series (no server ever started); a record
 that cannot be read: no info series and gpuserve_vllm_serving_read_success 0 (unknown, not
 "nothing served").
 
@@ -49,16 +49,16 @@ UNREADABLE = object()
 
 def revision(identity: t.Any) -> str:
     """A start record's checkpoint identity ("<real path> manifest sha256:<hex>", "<real path>
-    commits <c,...>", "<real path>" or "absent") without the path's directories, which may differ
-    between nodes holding the same revision: "<commit dir> manifest <12 hex>"."""
+    commits sha256:<hex>", "<real path>", "absent" or "unreadable: <why>") without the path's
+    directories, which may differ between nodes holding the same revision: "<commit dir>
+    manifest <12 hex>"; a refused read is "unreadable", without its why."""
     text = str(identity or "absent")
-    if text == "absent":
-        return text
+    if text in ("absent", "unreadable") or text.startswith("unreadable:"):
+        return text.split(":", 1)[0]
     for marker in (" manifest ", " commits "):
         path, found, rest = text.partition(marker)
         if found:
-            rest = rest.split(":", 1)[-1][:12] if marker == " manifest " else rest
-            return f"{os.path.basename(path.rstrip('/'))}{marker}{rest}"
+            return f"{os.path.basename(path.rstrip('/'))}{marker}{rest.split(':', 1)[-1][:12]}"
     return os.path.basename(text.rstrip("/"))
 
 

@@ -128,3 +128,30 @@ def test_a_worker_the_inventory_does_not_know_has_no_node() -> None:
     assert 'gpuserve_router_worker_listed{node="gpu01",worker="http://a:1"} 1' in text.splitlines()
     assert 'gpuserve_router_worker_listed{worker="http://z:1"} 1' in text.splitlines()
     assert "gpuserve_router_workers_timestamp_seconds 5.000" in text.splitlines()
+
+
+def test_an_answer_over_the_cap_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root runs the script: a /workers answer over the cap (valid JSON, 2 MB) is refused (unknown), not read."""
+    import http.server  # pylint: disable=import-outside-toplevel
+    import threading  # pylint: disable=import-outside-toplevel
+
+    class Endless(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's API)
+            self.send_response(200)
+            self.end_headers()
+            try:
+                self.wfile.write(b'{"workers": [' + b'{"url": "http://x"}, ' * 100_000 + b'{"url": "http://y"}]}')
+            except OSError:
+                pass
+
+        def log_message(self, *_args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(rw, "BODY_LIMIT", 1024 * 1024)
+    try:
+        assert rw.read_workers(f"http://127.0.0.1:{server.server_address[1]}", timeout=5) is None
+    finally:
+        server.shutdown()
+        server.server_close()

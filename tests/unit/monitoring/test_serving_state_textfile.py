@@ -77,9 +77,10 @@ def started(tmp_path: Path) -> Path:
 def test_what_the_server_started_with(started: Path, tmp_path: Path) -> None:
     rc, lines = run_script(tmp_path, {"node": "gpu01", "start_record": str(started), "lock": ""})
     digest = hashlib.sha256(('{"commit": "%s"}\n' % COMMIT).encode()).hexdigest()
+    commits = hashlib.sha256(b"b" * 40).hexdigest()  # the first lines' digest, never the lines
     assert rc == 0
     assert (f'gpuserve_vllm_serving_info{{node="gpu01",vllm_version="0.17.0",env="vllm-0.17.0-0123456789ab",'
-            f'model="{COMMIT} manifest {digest[:12]}",drafter="eagle3 commits {"b" * 40}"}} 1') in lines
+            f'model="{COMMIT} manifest {digest[:12]}",drafter="eagle3 commits {commits[:12]}"}} 1') in lines
     assert 'gpuserve_vllm_serving_read_success{node="gpu01"} 1' in lines
     at = json.loads(started.read_text())["at"]
     assert f'gpuserve_vllm_serving_started_timestamp_seconds{{node="gpu01"}} {at:.3f}' in lines
@@ -112,7 +113,8 @@ def test_the_lock_host_without_a_server(tmp_path: Path) -> None:
     ("absent", "absent"),
     ("", "absent"),
     ("/srv/store/kimi/abc123 manifest sha256:" + "f" * 64, "abc123 manifest " + "f" * 12),
-    ("/srv/models/eagle3 commits aa,bb", "eagle3 commits aa,bb"),
+    ("/srv/models/eagle3 commits sha256:" + "a" * 64, "eagle3 commits " + "a" * 12),
+    ("unreadable: /srv/models/eagle3/.gpuserve/manifest.json: a FIFO, not a regular file", "unreadable"),
     ("/srv/models/plain/", "plain"),
 ])
 def test_revision_drops_the_directories(identity: str, expected: str) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _saferead as safe
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _preflight_key as vk
 
 SPEC = json.dumps({"method": "eagle3", "model": "/srv/drafter", "num_speculative_tokens": 3})
@@ -141,9 +143,11 @@ def test_fingerprint_of_a_remote_model_is_uncacheable() -> None:
 def test_runs_as_a_script_with_another_interpreter(tmp_path: Path) -> None:
     request = {"argv": ["/v", "serve", str(tmp_path)], "result_path": str(tmp_path / "out.json")}
     (tmp_path / "req.json").write_text(json.dumps(request))
-    source = Path(vk.__file__).read_text()
-    subprocess.run([sys.executable, "-", str(tmp_path / "req.json")], input=source.encode(),
-                   check=True, cwd=tmp_path)
+    script = tmp_path / "run" / "gpuserve_preflight.py"
+    script.parent.mkdir()
+    shutil.copy(vk.__file__, script)
+    shutil.copy(safe.__file__, script.parent / "_saferead.py")  # beside it, as vllm_serve_preflight writes it
+    subprocess.run([sys.executable, "-I", "-B", str(script), str(tmp_path / "req.json")], check=True, cwd=tmp_path)
     found = json.loads((tmp_path / "out.json").read_text())
     assert found["python"] == sys.executable and str(tmp_path) in found["checkpoints"]
 
@@ -305,3 +309,19 @@ def test_a_hub_drafter_named_in_a_config_file_is_uncacheable(tmp_path: Path) -> 
     found = vk.fingerprint(["/v", "serve", str(tmp_path), "--config", str(config)])
     assert any("drafter lightseekorg/kimi-k2.5-eagle3 is not a local directory" in r
                for r in found["uncacheable"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plants another user's directory: root only")
+def test_a_planted_checkpoint_file_is_keyed_unreadable_never_read(tmp_path: Path) -> None:
+    """Root keys the service user's checkpoint: a FIFO as config.json does not block, a link to a
+    root-only file is not followed; each is keyed as unreadable by name."""
+    model = tmp_path / "model"
+    model.mkdir()
+    os.chown(model, 65534, 65534)
+    os.mkfifo(model / "config.json")
+    (tmp_path / "secret.json").write_text("{}")
+    os.symlink(tmp_path / "secret.json", model / "tokenizer.json")
+    assert vk.checkpoint_digest(str(model)) == {
+        "config.json": f"unreadable: {model / 'config.json'}: a FIFO, not a regular file",
+        "tokenizer.json": f"unreadable: {model / 'tokenizer.json'}: tokenizer.json is a link in a directory "
+                          "another user can write: not followed"}

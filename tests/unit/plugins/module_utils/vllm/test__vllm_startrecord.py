@@ -3,15 +3,18 @@ start against what is on disk now, on real files, and the script as systemd runs
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
 
 import pytest
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils import _saferead as safe
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodestate as ns
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _startrecord as sr
 
@@ -197,14 +200,15 @@ def test_hf_download_commits_name_a_revision(tmp_path):
     (meta / "config.json.metadata").write_text("a" * 40 + "\netag\n1700000000.0\n")
     first = sr.checkpoint_identity(str(tmp_path / "model"))
     (meta / "config.json.metadata").write_text("b" * 40 + "\netag\n1700000000.0\n")
-    assert first.endswith("commits " + "a" * 40)
+    # A digest of the first lines, never the lines: the record is world-readable.
+    assert first == f"{tmp_path / 'model'} commits sha256:" + hashlib.sha256(b"a" * 40).hexdigest()
     assert sr.checkpoint_identity(str(tmp_path / "model")) != first
     assert sr.checkpoint_identity(str(tmp_path / "nothing")) == "absent"
 
 
 def test_the_script_runs_alone_as_systemd_runs_it(node, tmp_path, systemd):
     """ExecStartPre runs the installed copy with `python3 -I -B`: it imports nothing from the
-    collection (a copy outside it works) and leaves no bytecode. It asks systemctl by its absolute
+    collection but _saferead, installed beside it (a copy outside it works), and leaves no bytecode. It asks systemctl by its absolute
     path (here the stand-in's, put in the copy) whether the unit file is the one systemd loaded."""
     _tmp, _site, paths = node
     copy = tmp_path / "libexec" / "vllm_start_record.py"
@@ -213,6 +217,7 @@ def test_the_script_runs_alone_as_systemd_runs_it(node, tmp_path, systemd):
     line = 'SYSTEMCTL = ("/usr/bin/systemctl", "/bin/systemctl")'
     assert line in source
     copy.write_text(source.replace(line, f"SYSTEMCTL = ({str(systemd.path)!r},)"))
+    shutil.copy(safe.__file__, copy.parent / "_saferead.py")  # as vllm_server installs it, beside
     argv = [sys.executable, "-I", "-B", str(copy), "--record", paths["record"], "--executable", paths["executable"],
             "--unit", paths["unit"], "--env-file", paths["env_file"], "--nccl-conf", paths["nccl_conf"],
             "--model", paths["model"], "--drafter", paths["drafter"]]
@@ -278,13 +283,14 @@ def test_a_start_without_a_unit_file_asks_no_systemctl(node, systemd):
     assert sr.read(paths["record"])["fingerprint"]["unit"] == "absent" and systemd.calls == []
 
 
-def test_a_file_that_cannot_be_read_now_is_not_a_change(node, monkeypatch):
-    """Unknown is not changed: a read that fails now restarts nothing, and is said."""
+def test_a_file_that_cannot_be_read_now_is_not_a_change(node):
+    """Unknown is not changed: a read refused now (the env file replaced by a FIFO) restarts
+    nothing, and is said."""
     _tmp, _site, paths = node
     record_start(paths)
-    real = sr.file_digest
-    monkeypatch.setattr(sr, "file_digest", lambda path: "unreadable: Permission denied"
-                        if path == paths["env_file"] else real(path))
+    os.unlink(paths["env_file"])
+    os.mkfifo(paths["env_file"])
     view = ns.start_view(paths["record"], "0123abcd", paths["model"], paths["drafter"], paths["unit"],
                          paths["env_file"], paths["nccl_conf"])
-    assert view["changed"] == [] and view["unreadable"] == ["env_file (unreadable: Permission denied)"]
+    assert view["changed"] == []
+    assert view["unreadable"] == [f"env_file (unreadable: {paths['env_file']}: a FIFO, not a regular file)"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -86,3 +87,29 @@ def test_the_revision_an_hf_download_left(tmp_path: Path, files: dict, pinned: s
     got = vw.revision_problem(str(tmp_path), pinned, found)
     assert (problem in got) if problem else got == ""
     assert not problem or got.startswith(str(tmp_path))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plants another user's directory: root only")
+def test_root_checks_a_planted_service_directory_without_following_or_blocking(tmp_path: Path) -> None:
+    """vllm_weights_check runs as root on the service user's download: a FIFO as the index, a
+    link to a root-only file as a shard and as a metadata file are each refused by name, never
+    read (nothing blocks, no line of the secret comes back)."""
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef0123456789abcdef01234567\n")
+    secret.chmod(0o600)
+    model = tmp_path / "model"
+    meta = model / ".cache" / "huggingface" / "download"
+    meta.mkdir(parents=True)
+    for folder in (model, model / ".cache", model / ".cache" / "huggingface", meta):
+        os.chown(folder, 65534, 65534)
+    (model / "config.json").write_text("{}")
+    os.mkfifo(model / vw.INDEX_NAME)
+    os.symlink(secret, meta / "config.json.metadata")
+    problems = vw.check_weights_dir(str(model))["problems"]
+    assert problems == [f"unreadable: {model / vw.INDEX_NAME}: a FIFO, not a regular file"]
+    assert vw.downloaded_commits(str(model)) == {"(unreadable)": 1}
+    os.unlink(model / vw.INDEX_NAME)
+    os.symlink(secret, model / "model.safetensors")
+    problems = vw.check_weights_dir(str(model))["problems"]
+    assert problems == [f"{model / 'model.safetensors'}: cannot read (model.safetensors is a link in a directory "
+                        "another user can write: not followed)"]
