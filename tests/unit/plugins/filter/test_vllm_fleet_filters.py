@@ -15,7 +15,7 @@ def test_registered_names() -> None:
     assert set(FILTERS) == {"vllm_node_plan", "vllm_node_serving", "vllm_node_report", "vllm_node_recovery", "vllm_router_settings",
                             "vllm_router_view", "vllm_router_removal_problems", "vllm_router_reconcile",
                             "vllm_drain_settings", "vllm_router_restart_need", "vllm_router_restart_plan",
-                            "vllm_router_stale_urls", "vllm_batch_size"}
+                            "vllm_router_stale_urls", "vllm_batch_size", "vllm_router_back_url", "vllm_run_outcome"}
 
 
 def test_router_restart_filters_chain_from_what_ansible_registers() -> None:
@@ -60,3 +60,13 @@ def test_batch_size_errors_name_the_filter() -> None:
     assert FILTERS["vllm_batch_size"]("50%", "4") == 2
     with pytest.raises(AnsibleFilterError, match="^vllm_batch_size: gpuserve_serial must be"):
         FILTERS["vllm_batch_size"]("half", 4)
+
+
+def test_outcome_and_back_url_filters_take_what_the_plays_hand_them() -> None:
+    """site.yml's last play and serve_node.yml's rescue, as they call them (a none `failed`,
+    uri's loop results)."""
+    assert FILTERS["vllm_run_outcome"]({"failed": None, "held": "", "untouched": ""}) == "done"
+    assert FILTERS["vllm_run_outcome"](None) == "done"
+    results = [{"item": "http://127.0.0.1:8010/health", "status": -1}, {"item": "http://127.0.0.1:8000/health", "status": 200}]
+    assert FILTERS["vllm_router_back_url"](results, "http://gpu01:8010", "http://127.0.0.1:8010/health", "8000") == "http://gpu01:8000"
+    assert FILTERS["vllm_router_back_url"](None, "http://gpu01:8010", "http://127.0.0.1:8010/health") == ""
