@@ -27,4 +27,5 @@ def pytest_terminal_summary(terminalreporter) -> None:
                 "site.yml runs, {plans} plans, {steps} steps checked against the invariants; "
                 "{held} held, {killed} killed, {failed} failed, {refused} refused; {fenced} stops refused by the "
                 "executor's fresh router read; {concurrent} concurrent runs refused by the lock, {takeovers} locks of "
-                "killed runs taken over".format(**stats))
+                "killed runs taken over; {rolled_back} rollbacks of the last rollout, {stayed} nodes it never "
+                "switched left where they were".format(**stats))

@@ -1,7 +1,7 @@
 """A model-based test of the serve plan: generated fleets and faults through the real plan code.
 
 hypothesis draws a fleet (nodes x the env each runs and its links x a journal left by a killed
-run x a rollback hold x a unit file systemd has not loaded x whether its start record is the
+run x a rollback hold x the switch record a run before left x a unit file systemd has not loaded x whether its start record is the
 running start's x the routers listing it) and a sequence of rounds. Each round is world events
 (a server dies, a node is taken out of a router by hand, the pins change, a restart or a
 rollback is asked for, a reboot becomes pending, the inventory moves a node to another port, a
@@ -16,7 +16,9 @@ plan: real `_nodeplan.plan()`, `recovery()` and
 `_fleet.removal_problems()`, one node at a time (gpuserve_serial 1), the rollout stopping at the
 first failed node, a held node left as it is while the others carry on.
 
-Asserted after every step: a live server is never stopped or restarted while any router lists it
+Asserted for every plan of a rollback run: a node moves only when the fleet's last rollout (read
+from every node's switch record, the pins playing no part) switched it, and then to what it served
+before that switch; never two steps back. Asserted after every step: a live server is never stopped or restarted while any router lists it
 under any URL, its old port's too (whatever that router's read said); a node whose reads did not all answer gets no disruptive step;
 a removal never takes a router below its floor. Asserted at the end: once the faults stop, two
 runs bring every node to serving what its plan says, listed healthy by every router, no journal,
@@ -38,6 +40,7 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _lock a
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodereport as vn
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeview as vv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _rollout as vo
 
 ENVS = ("/opt/ml-env.d/vllm-0.17.0-aaaa", "/opt/ml-env.d/vllm-0.18.0-bbbb", "/opt/ml-env.d/vllm-0.19.0-cccc")
 ROUTERS = ("router01", "router02")
@@ -46,7 +49,7 @@ FLOOR = 1
 DISRUPTIVE = ("stop", "restart", "reboot")
 STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0, "moves": 0,
                          "refused": 0, "killed": 0, "failed": 0, "fenced": 0, "concurrent": 0, "takeovers": 0,
-                         "not_loaded": 0}
+                         "not_loaded": 0, "rolled_back": 0, "stayed": 0}
 
 
 class Fleet:
@@ -117,6 +120,7 @@ class Fleet:
             "start_record": record,
             "listen": {"port": n["port"], "source": "process" if alive else "configured"},
             "journal": copy.deepcopy(n["journal"]), "hold": copy.deepcopy(n["hold"]),
+            "switches": copy.deepcopy(n["switches"]),
             "reboot": {"pending": n["reboot"], "reason": "new kernel command line" if n["reboot"] else ""},
             "health": ({"status": None, "error": "timed out", "known": False, "tries": 3} if health_unknown
                        else {"status": 200 if alive else None, "error": "" if alive else "refused",
@@ -223,7 +227,9 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
                 raise Failed("canary")
             n["journal"]["canary_ok"] = True
             step_done()
-        elif kind == "switch":
+        elif kind == "switch":  # steps/switch.yml: the record first, then the links
+            n["switches"] = copy.deepcopy(p["switch_record"]["switches"])
+            step_done()
             n["previous"], n["link"] = n["link"], p["switch_to"]
             step_done()
         elif kind == "reboot":
@@ -327,6 +333,10 @@ def serve_plays(fleet: Fleet, faults: dict[str, t.Any], requests: dict[str, t.An
     """Plays 2, 3 and 4 of one run (Killed propagates: nothing after the kill happens). A node
     whose turn the idle play took (its plan ran there, not held) is left by the rolling play."""
     taken: set[str] = set()
+    # The idle play observes every node first (one task, all hosts): plan.yml's rollout is read
+    # from these reads, each node's replaced by its own fresher one when it plans.
+    reads = {name: fleet.observe(name, faults) for name in sorted(fleet.nodes)}
+    rollout = vo.last_rollout(reads) if requests.get("rollback") else None
     for scope in ("idle", "routers", "all"):
         if scope == "routers":
             reconcile(fleet, faults)
@@ -334,7 +344,7 @@ def serve_plays(fleet: Fleet, faults: dict[str, t.Any], requests: dict[str, t.An
                 concurrent_run(fleet)
             continue
         for name in sorted(set(fleet.nodes) - out - taken):
-            verdict = serve(fleet, name, scope, faults, dict(requests, restart_since=started))
+            verdict = serve(fleet, name, scope, faults, dict(requests, restart_since=started), reads, rollout)
             if verdict == "ok" and scope == "idle":
                 taken.add(name)
             if verdict == "held":
@@ -368,10 +378,18 @@ def reconcile(fleet: Fleet, faults: dict[str, t.Any]) -> None:
             listed.discard(url)
 
 
-def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], requests: dict[str, t.Any]) -> str:
+def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], requests: dict[str, t.Any],
+          reads: dict[str, t.Any], rollout: dict[str, t.Any] | None) -> str:
     """serve_node.yml for one node: ok | skipped | held | failed. The idle play observes the node
-    first and leaves one that serves (vllm_node_serving) before its routers are read."""
-    observed = fleet.observe(name, faults)
+    first and leaves one that serves (vllm_node_serving) before its routers are read. A rollback
+    is judged from every node's read (plan.yml: vllm_last_rollout over hostvars); each read is
+    from before that node's own steps, and a rollback run switches no node forward, so the
+    rollout read at the run's start is every node's."""
+    observed = reads[name] if scope == "idle" else fleet.observe(name, faults)
+    reads[name] = observed
+    if rollout is not None:
+        assert vo.last_rollout(reads)["env"] == rollout["env"], "the rollout moved during a rollback run"
+        requests = dict(requests, rollout=rollout)
     if scope == "idle" and vv.Node(observed).serving:
         return "skipped"
     reads = fleet.reads(faults)
@@ -388,6 +406,17 @@ def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], request
         STATS["refused"] += 1
         return "failed"
     STATS["plans"] += 1
+    if requests.get("rollback") and not observed["journal"]:
+        # Never two steps back, and only where the last rollout switched the node: a node that
+        # moves goes to what it served before its last forward switch, which went to the env the
+        # fleet's last rollout named; every other node stays on what its link names.
+        last = vo.last_forward(vv.Node(observed).switches)
+        if p["to"] != observed["link"]["env"]:
+            assert last and last["to"] == rollout["env"] == observed["link"]["env"], (name, p["line"])
+            assert p["to"] == last["from"] and p["action"] in ("rollback", "held"), (name, p["line"])
+            STATS["rolled_back"] += p["action"] == "rollback"
+        elif last and last["to"] == observed["link"]["env"] != rollout["env"]:
+            STATS["stayed"] += 1
     STATS["not_loaded"] += p["restart_reasons"] == [vp.UNIT_NOT_LOADED]  # what only NeedDaemonReload tells
     if p["held"]:
         STATS["held"] += 1
@@ -423,6 +452,10 @@ node_strategy = st.fixed_dictionaries({
     "record": st.booleans(),  # its start record is its running start's own (else: file times)
     "not_loaded": st.booleans(),  # a killed run's unit on disk, systemd's NeedDaemonReload
     "unlisted": st.sets(st.sampled_from(ROUTERS)),
+    # the switch record a run before left: forward switches and rollbacks, in time order
+    "switches": st.lists(st.tuples(st.sampled_from(("",) + ENVS), st.sampled_from(ENVS), st.booleans()),
+                         max_size=3).map(lambda rows: [{"from": f, "to": to, "at": 100.0 + i, "rollback": r}
+                                                       for i, (f, to, r) in enumerate(rows)]),
 })
 
 
@@ -516,4 +549,4 @@ def test_the_model_is_not_vacuous():
     invariants above were checked on nothing). Runs after the property test in this file."""
     assert STATS["fleets"] >= 100 and STATS["steps"] > 1000
     assert min(STATS["held"], STATS["killed"], STATS["failed"], STATS["fenced"], STATS["concurrent"],
-               STATS["takeovers"], STATS["moves"], STATS["not_loaded"]) > 0, STATS
+               STATS["takeovers"], STATS["moves"], STATS["not_loaded"], STATS["rolled_back"], STATS["stayed"]) > 0, STATS
