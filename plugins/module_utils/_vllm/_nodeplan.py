@@ -318,6 +318,8 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         # Written before the link moves (steps/switch.yml): the fleet's next rollback reads it.
         "switch_record": (vr.record(node.switches, node.link, desired, _float(state.get("now")) or 0.0,
                                     kind == "rollback") if switch else None),
+        # What recover.yml writes after it puts the links back to rollback_to.
+        "switch_record_undone": vr.undone(node.switches, rollback_to, desired) if rollback_to else None,
     }
     prune = switch and _int(state.get("env_keep"), 2) > 0
     fence = node.alive and bool(routers.all) and not check_mode

@@ -5,7 +5,8 @@ Every switch of the env link (roles/vllm_server/tasks/steps/switch.yml) is first
 root-owned record on the node (`<state_dir>/<service>_server.switch.json`): from, to, when (the
 controller's clock), and whether it was a rollback. It is written *before* the link moves, so a
 run killed in between leaves a record whose `to` the link does not name (the switch did not
-happen: the node stays), never a switch without a record.
+happen: the node stays), never a switch without a record. A failed start whose recovery puts the
+links back takes its switch off the record again (`undone`).
 
 The last rollout is the most recent forward switch across the nodes read (rollbacks are not
 rollouts), to env E; it began after the latest forward switch to any other env (`since`). A node
@@ -43,6 +44,15 @@ def record(history: t.Sequence[t.Mapping[str, t.Any]], frm: str, to: str, at: fl
         kept.pop()
     kept.append({"from": frm, "to": to, "at": float(at), "rollback": bool(rollback)})
     return {"version": RECORD_VERSION, "switches": kept[-HISTORY_MAX:]}
+
+
+def undone(history: t.Sequence[t.Mapping[str, t.Any]], frm: str, to: str) -> dict[str, t.Any]:
+    """The record once a failed start's recovery put the links back from `to` to `frm`: without
+    that switch (it did not happen; left on record it would be taken for the last rollout)."""
+    kept = [dict(s) for s in history]
+    if kept and (kept[-1]["from"], kept[-1]["to"]) == (frm, to):
+        kept.pop()
+    return {"version": RECORD_VERSION, "switches": kept}
 
 
 def last_rollout(reads: t.Mapping[str, t.Any]) -> dict[str, t.Any]:

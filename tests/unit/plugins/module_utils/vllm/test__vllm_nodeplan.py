@@ -650,6 +650,25 @@ def test_the_switch_record_a_switch_writes_first(history, frm, to, rollback, exp
     assert plan(node(target=A, switches=history), LISTED)["switch_record"] is None
 
 
+@pytest.mark.parametrize("observed, undone", [
+    ("this run's switch", [sw(C, A, T0 - 900)]),
+    ("a killed run's switch, on record before its link moved", [sw(C, A, T0 - 900)]),
+    ("a plain restart: nothing switched", None),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_a_failed_start_put_back_takes_its_switch_off_the_record(observed, undone):
+    """recover.yml writes switch_record_undone after it puts the links back: the switch did not
+    happen, so the next rollback must not take it for the fleet's last rollout."""
+    states = {
+        "this run's switch": node(link=A, running=A, previous=C, target=B, switches=[sw(C, A, T0 - 900)]),
+        "a killed run's switch, on record before its link moved":
+            node(link=B, running=A, previous=A, target=B, switches=TO_B,
+                 journal={"action": "upgrade", "from": A, "to": B, "canary_ok": True, "previous": C}),
+        "a plain restart: nothing switched": node(link=A, running=A, target=A, switches=TO_B[:1]),
+    }
+    result = plan(states[observed], UNLISTED, rendered={"unit_changed": True})
+    assert (result["switch_record_undone"] or {}).get("switches") == undone
+
+
 def test_the_fleet_read_names_the_nodes_it_could_not_read():
     rollout = fleet_rollout({"gpu01": node(link=B, switches=TO_B), "gpu02": None, "gpu03": {"skipped": True}})
     assert (rollout["env"], rollout["read"], rollout["unknown"]) == (B, ["gpu01"], ["gpu02", "gpu03"])

@@ -277,6 +277,7 @@ def recover(fleet: Fleet, name: str, p: dict[str, t.Any], outcomes: dict[str, t.
         n["link"] = p["rollback_to"]
         if p["rollback_previous"]:
             n["previous"] = p["rollback_previous"]
+        n["switches"] = copy.deepcopy(p["switch_record_undone"]["switches"])
     if "start" in r["steps"]:
         n["alive"], n["running"], n["started"], n["port"] = True, n["link"], fleet.tick(), n["wanted"]
         n["not_loaded"] = n["old_unit"] = False  # start.yml: daemon-reload, then the restart
