@@ -110,6 +110,8 @@ def _desired(node: Node, req: t.Mapping[str, t.Any]) -> tuple[str, str, list[str
         back, why = vr.back_to(link, node.switches, rollout)
         if not back:
             return link, "", [why]
+        if back == node.link_path and node.previous:  # a legacy directory the switch moved into the store
+            back = node.previous
         if not node.built(back):
             raise PlanError(f"vllm_server_rollback: {short(back)}, the env this node served before its last "
                             f"switch, has no bin/vllm ({back}); nothing was changed")

@@ -80,10 +80,13 @@ def back_to(link: str, history: t.Sequence[t.Mapping[str, t.Any]],
     if not env:
         return "", "not rolled back: no node read has a switch on record, so there is no rollout to undo"
     last = last_forward(history)
-    if link != env or not last or last["to"] != env:
-        what = (f"its last switch went to {short(last['to'])}" if last else "it has no switch on record")
+    if link != env:
         return "", (f"not rolled back: the last rollout switched nodes to {short(env)}; this node serves "
-                    f"{short(link)} and {what}, so the rollout never switched it: it stays")
+                    f"{short(link)}, so the rollout never switched it (or it went back since): it stays")
+    if not last or last["to"] != env:
+        what = f"its last switch on record went to {short(last['to'])}" if last else "it has no switch on record"
+        return "", (f"not rolled back: it serves {short(env)}, the env of the last rollout, but {what}: "
+                    "the rollout did not switch it, so it stays")
     since = _float(rollout.get("since"))
     if since is not None and last["at"] <= since:
         return "", (f"not rolled back: it came to {short(env)} in an earlier rollout (before the switches "

@@ -589,7 +589,7 @@ def test_pins_put_back_to_a_then_rollback_leaves_the_nodes_on_a_where_they_are()
              for host, observed in nodes.items()}
     assert {host: p["to"] for host, p in plans.items()} == {"gpu01": A, "gpu02": A, "gpu03": A}
     assert [host for host, p in plans.items() if p["action"] == "rollback"] == ["gpu01"]
-    assert "the rollout never switched it: it stays" in plans["gpu02"]["line"]
+    assert "the rollout never switched it (or it went back since): it stays" in plans["gpu02"]["line"]
 
 
 def test_pins_put_back_to_a_by_a_plain_run_then_rollback_undoes_that_run_only():
@@ -667,6 +667,16 @@ def test_a_failed_start_put_back_takes_its_switch_off_the_record(observed, undon
     }
     result = plan(states[observed], UNLISTED, rendered={"unit_changed": True})
     assert (result["switch_record_undone"] or {}).get("switches") == undone
+
+
+def test_a_rollback_past_a_legacy_directory_goes_where_the_switch_moved_it():
+    """The switch from a real directory at the link (an older release's env) recorded the link's
+    own path; ml_env_switch moved that directory into the store, where .previous names it."""
+    legacy = "/opt/ml-env.d/legacy-20261130183000"
+    observed = node(link=B, running=B, previous=legacy, target=B, built=(B, legacy, "/opt/ml-env"),
+                    switches=[sw("/opt/ml-env", B)])
+    result = plan(observed, LISTED, requests={"rollback": True})
+    assert (result["action"], result["to"]) == ("rollback", legacy)
 
 
 def test_the_fleet_read_names_the_nodes_it_could_not_read():
