@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters site.yml's serve plays decide with: the node's plan, the routers' view of it.
 
-The decisions are table-tested Python (module_utils/_vllm/_nodeplan.py, _nodereport.py, _fleet.py); the
+The decisions are table-tested Python (module_utils/_vllm/_nodeplan.py, _rollout.py, _nodereport.py, _fleet.py); the
 plays only execute the steps the plan lists.
 """
 
@@ -20,6 +20,7 @@ vp = Engine("_vllm._nodeplan")
 vv = Engine("_vllm._nodeview")
 vn = Engine("_vllm._nodereport")
 vr = Engine("_vllm._router_restart")
+vo = Engine("_vllm._rollout")
 
 
 def vllm_node_plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
@@ -28,6 +29,19 @@ def vllm_node_plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         return vp.plan(state)
     except vp.PlanError as exc:
         raise AnsibleFilterError(f"vllm_node_plan: {exc}") from exc
+
+
+def vllm_last_rollout(hosts: t.Sequence[str], hostvars: t.Mapping[str, t.Any],
+                      read: str = "vllm_server_node_state") -> dict[str, t.Any]:
+    """ansible_play_hosts_all | vllm_last_rollout(hostvars) -> {env, at, since, read, unknown}:
+    from each host's `read` (its registered vllm_node_state result; absent: not read)."""
+    try:
+        reads = {str(h): (hostvars[h][read] if read in hostvars[h] else None) for h in hosts or []}
+        return vo.last_rollout(reads)
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"vllm_last_rollout: the hosts' reads could not be looked up ({exc})") from exc
+    except vp.PlanError as exc:
+        raise AnsibleFilterError(f"vllm_last_rollout: {exc}") from exc
 
 
 def vllm_node_serving(observed: t.Mapping[str, t.Any]) -> bool:
@@ -147,6 +161,7 @@ class FilterModule:
         return {
             "vllm_node_plan": vllm_node_plan,
             "vllm_node_serving": vllm_node_serving,
+            "vllm_last_rollout": vllm_last_rollout,
             "vllm_node_report": vllm_node_report,
             "vllm_node_recovery": vllm_node_recovery,
             "vllm_router_settings": vllm_router_settings,

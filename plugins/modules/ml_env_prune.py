@@ -16,7 +16,11 @@ description:
     newest O(keep) envs, by the C(created) time of their C(gpuserve-env.json) (the directory's
     modification time when there is none, as for a C(legacy-*) env), and removes the rest.
   - Never removed, and counted towards O(keep), are the env O(link) names, the env
-    C(<link>.previous) names and every path in O(protect).
+    C(<link>.previous) names, every path in O(protect) and every absolute path any record in
+    O(protect_records) holds.
+  - A record in O(protect_records) that cannot be read safely (a link, not a regular file, not
+    root's or writable by others, over 1 MiB, not JSON) removes nothing at all - what it names is
+    not known, so every env stays, with a warning naming it.
   - An env is first renamed to C(.<name>.removing) (no longer an env to anyone), then deleted;
     such a directory left by a killed run is removed by the next run.
 options:
@@ -37,6 +41,15 @@ options:
     type: list
     elements: path
     default: []
+  protect_records:
+    description:
+      - Root-owned JSON records (for example the vLLM serve plan's journal and rollback hold) whose
+        absolute paths are envs never to remove, whatever they mean to the role that wrote them.
+      - An absent record names nothing.
+    type: list
+    elements: path
+    default: []
+    version_added: 0.7.0
 author:
   - gpuserve maintainers (@gpuserve)
 extends_documentation_fragment:
@@ -63,6 +76,7 @@ EXAMPLES = r"""
     link: /opt/ml-env
     keep: 2
     protect: [/opt/ml-env.d/vllm-0.18.0-0a1b2c3d4e5f]
+    protect_records: [/var/lib/gpuserve/vllm_server.plan.json, /var/lib/gpuserve/vllm_server.rollback.json]
 """
 
 RETURN = r"""
@@ -78,6 +92,11 @@ kept:
   type: list
   elements: str
   sample: [/opt/ml-env.d/vllm-0.18.0-0a1b2c3d4e5f, /opt/ml-env.d/vllm-0.17.0-3f2a9c1b7d40]
+unreadable:
+  description: The records of O(protect_records) that could not be read safely, and why (then nothing is removed).
+  returned: always
+  type: list
+  elements: str
 msg:
   description: One line saying what was (or would be) removed.
   returned: always
@@ -88,6 +107,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _records as er
 from ansible_collections.gpuserve.vllm.plugins.module_utils._env import _store as es
 
 
@@ -99,6 +119,7 @@ def main() -> None:
             "link": {"type": "path", "required": True},
             "keep": {"type": "int", "default": 2},
             "protect": {"type": "list", "elements": "path", "default": []},
+            "protect_records": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )
@@ -110,17 +131,24 @@ def main() -> None:
     for path in (link, es.previous_path(link)):
         if os.path.lexists(path):
             protect.append(os.path.realpath(path))
+    named, unreadable = er.protected_by(p["protect_records"])
     envs, leftovers = es.list_store(p["store_dir"])
-    remove, kept = es.plan_prune(envs, p["keep"], protect)
-    removed = [e.path for e in remove] + leftovers
+    # A record that could not be read may name any env: every one stays (unknown is not no).
+    remove, kept = es.plan_prune(envs, p["keep"], protect + named + ([e.path for e in envs] if unreadable else []))
+    removed = [] if unreadable else [e.path for e in remove] + leftovers
+    for problem in unreadable:
+        module.warn(f"protect_records: {problem}; it may name any env, so nothing was pruned")
     result = {
-        "changed": bool(removed), "removed": removed, "kept": [e.path for e in kept],
+        "changed": bool(removed), "removed": removed, "kept": [e.path for e in kept], "unreadable": unreadable,
         "diff": {"before": "".join(f"{e.path}\n" for e in envs),
                  "after": "".join(f"{e.path}\n" for e in kept)},
     }
     verb = "would remove" if module.check_mode else "removed"
     result["msg"] = (f"{verb} {', '.join(removed)}; kept {', '.join(result['kept']) or 'nothing'}"
                      if removed else f"nothing to prune in {p['store_dir']} (keep {p['keep']})")
+    if unreadable:
+        result["msg"] = (f"pruned nothing in {p['store_dir']}: every env stays, since a record that may "
+                         f"name any of them could not be read ({'; '.join(unreadable)})")
     if not module.check_mode:
         for path in removed:
             try:

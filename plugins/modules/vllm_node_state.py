@@ -108,6 +108,12 @@ options:
     description: The record a rollback on demand leaves (JSON).
     type: path
     default: /var/lib/gpuserve/vllm_server.rollback.json
+  switch_record:
+    description:
+      - The record of the env link's last switches (JSON, root-owned), written by the serve plan's
+        switch step before the link moves; what a rollback undoes is read from it. Empty to read none.
+    type: path
+    default: ""
   reboot_marker:
     description: The file gpuserve.vllm.gpu_node leaves when the node needs a reboot; empty for none.
     type: path
@@ -265,6 +271,13 @@ hold:
   description: The rollback hold (null when none).
   returned: always
   type: dict
+switches:
+  description:
+    - The switches O(switch_record) holds, oldest first - C(from), C(to) (real paths), C(at) (epoch
+      seconds, the controller's clock), C(rollback) (bool); empty without a record.
+  returned: always
+  type: list
+  elements: dict
 reboot:
   description: C(pending), C(reason), C(install) (the driver packages gpu_node staged; the serve play installs them on the stopped node before the reboot).
   returned: always
@@ -414,6 +427,7 @@ def main() -> None:
             "start_record": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.start.json"},
             "journal": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.plan.json"},
             "hold": {"type": "path", "default": "/var/lib/gpuserve/vllm_server.rollback.json"},
+            "switch_record": {"type": "path", "default": ""},
             "reboot_marker": {"type": "path", "default": ""},
             "acceptance_marker": {"type": "path", "default": ""},
             "health_url": {"type": "str", "default": "http://127.0.0.1:8000/health"},
@@ -449,6 +463,7 @@ def main() -> None:
     try:
         journal = ns.read_record(p["journal"])
         hold = ns.read_record(p["hold"])
+        switched = ns.read_record(p["switch_record"]) or {}
     except ns.StateError as exc:
         module.fail_json(msg=str(exc))
     process = {"pid": unit["main_pid"], "argv0": "", "env": "", "note": "", "started": unit["started"]}
@@ -463,6 +478,8 @@ def main() -> None:
     named = [link["env"], previous["env"], target["env"], process["env"]]
     named += [str((journal or {}).get(k) or "") for k in ("from", "to", "previous", "rollback_to")]
     named += [str((hold or {}).get(k) or "") for k in ("from", "to")]
+    switches = switched.get("switches") if isinstance(switched.get("switches"), list) else []
+    named += [str(entry.get(k) or "") for entry in switches if isinstance(entry, dict) for k in ("from", "to")]
     listen = ns.listen_view(argv, p["health_url"], p["metrics_url"])
     health = _read(listen["health_url"], p["timeout"], p["tries"], ns.health_view)
     metrics = _read(listen["metrics_url"], p["timeout"], p["tries"], ns.metrics_view)
@@ -478,7 +495,7 @@ def main() -> None:
                "model": ns.link_mtime(p["model_path"]) if p["model_path"] else None,
                "drafter": ns.link_mtime(p["drafter_path"]) if p["drafter_path"] else None,
                "env_code": ns.code_mtime(process["env"]) if process["env"] and not start_record["current"] else None},
-        start_record=start_record, journal=journal, hold=hold, reboot=ns.reboot_view(p["reboot_marker"]),
+        start_record=start_record, journal=journal, hold=hold, switches=switches, reboot=ns.reboot_view(p["reboot_marker"]),
         acceptance=ns.acceptance_view(p["acceptance_marker"]),
         listen=listen, health=health, metrics=metrics, gpus=_gpus(module, p["nvidia_smi"]) if p["gpu_memory"] else [],
         rendered={r["name"]: _rendered(r["path"], r["sha256"], r["mode"]) for r in p["rendered"]},

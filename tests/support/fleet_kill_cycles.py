@@ -29,9 +29,10 @@ Every run is `site.yml --tags vllm_server --limit NODE` as an operator re-runs a
 the target env is handed in an inventory file, as the prepare play hands its build dir. The
 nodes' cycles overlap, so each node's runs take a run lock of their own (gpuserve_lock_path
 site-NODE.lock on the router host): a killed run leaves its lock, and every re-run must say it
-took it over. A rollback names what it goes back from (vllm_server_rollback_from: the env the
-node serves; site.yml's default is the env the pins name), since the cycles roll back again and
-again between two envs. The
+took it over. A rollback undoes the node's last forward switch on record (its switch record,
+vllm_server.switch.json); since the cycles roll back again and again between two envs, each
+rollback run is preceded by a record saying the last rollout took the node from the other env to
+the one it serves, as an upgrade would have written. The
 summary (per cycle: the task killed before, the re-run's seconds, the state found) goes to
 --out as JSON and to stdout; the exit status is 1 when any cycle did not converge.
 """
@@ -41,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -56,6 +58,9 @@ STATE = ("systemctl show vllm.service -p MainPID --value; readlink -f /opt/ml-en
          "'http://127.0.0.1:8000/version', timeout=5).read().decode())\" || echo '{}'; "
          "test -e /var/lib/gpuserve/vllm_server.plan.json && echo journal || echo no-journal; "
          "test -e /var/lib/gpuserve/vllm_server.rollback.json && echo hold || echo no-hold")
+
+
+SWITCH_RECORD = "/var/lib/gpuserve/vllm_server.switch.json"
 
 
 def podman(container: str, script: str) -> str:
@@ -166,10 +171,13 @@ def cycles(args: argparse.Namespace, spec: str, index: int, count: int, results:
             record("upgrade", k, killed, rc_kill, rc, secs, other, current, node_state(node), took_over(runner))
             current, other = other, current
 
-    # Rollbacks: the node serves `current`, `.previous` names `other`; no hold.
+    # Rollbacks: the node serves `current`, `.previous` names `other`; no hold; the last rollout
+    # on record took it from `other` to `current` (steps/switch.yml's record, at the controller's time).
     def rollback(serving: str) -> list[str]:
-        scope = {"vllm_server_rollback_from": [os.path.basename(serving)]}
-        return ["--extra-vars", "vllm_server_rollback=true", "--extra-vars", json.dumps(scope)]
+        entry = {"from": other, "to": serving, "at": time.time(), "rollback": False}
+        podman(node, f"umask 077 && printf '%s' {shlex.quote(json.dumps({'version': 1, 'switches': [entry]}))} "
+                     f"> {SWITCH_RECORD}")
+        return ["--extra-vars", "vllm_server_rollback=true"]
 
     if "rollback" not in args.plans:
         return

@@ -29,4 +29,5 @@ def pytest_terminal_summary(terminalreporter) -> None:
                 "executor's fresh router read; {concurrent} concurrent runs refused by the lock, {takeovers} locks of "
                 "killed runs taken over; {put_back} put back after a failure ({put_back_old_port} under the old port "
                 "they still served at); {accepted} drained acceptances passed, {rejected} rejected, {fell_back} failed "
-                "driver installs served again on the old driver".format(**stats))
+                "driver installs served again on the old driver; {rolled_back} rollbacks of the last rollout, "
+                "{stayed} nodes it never switched left where they were".format(**stats))

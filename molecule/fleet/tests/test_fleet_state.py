@@ -53,6 +53,10 @@ def test_no_journal_left_and_state_files_are_roots(node):
     if hold.exists:
         assert hold.user == "root" and hold.mode == 0o600
         assert json.loads(hold.content_string)["to"] == node.file("/opt/ml-env").linked_to
+    switches = node.file("/var/lib/gpuserve/vllm_server.switch.json")
+    if switches.exists:  # what a rollback undoes: root's alone, each switch from, to, at
+        assert switches.user == "root" and switches.mode == 0o600
+        assert all({"from", "to", "at", "rollback"} <= set(s) for s in json.loads(switches.content_string)["switches"])
 
 
 def test_previous_names_a_built_env(node):

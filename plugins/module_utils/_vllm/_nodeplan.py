@@ -36,9 +36,9 @@ plugin runs this on the controller.
 from __future__ import annotations
 
 import math
-import os
 import typing as t
 
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _rollout as vr
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._nodereport import line
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._nodeview import (
     Node, PlanError, Routers, _bool, _float, _int, short)
@@ -99,7 +99,7 @@ def canary_memory(gpus: t.Sequence[t.Mapping[str, t.Any]], need_gib: t.Any,
 def _desired(node: Node, req: t.Mapping[str, t.Any]) -> tuple[str, str, list[str]]:
     """(the env to serve after this run, 'rollback' | 'hold' | '', why)."""
     journal, hold = node.journal, node.hold
-    target, link, previous = node.target, node.link, node.previous
+    target, link = node.target, node.link
     j_action = str((journal or {}).get("action") or "")
     j_from, j_to = str((journal or {}).get("from") or ""), str((journal or {}).get("to") or "")
     if journal and j_action == "rollback" and target in ("", j_from, j_to):
@@ -108,17 +108,16 @@ def _desired(node: Node, req: t.Mapping[str, t.Any]) -> tuple[str, str, list[str
         if hold and link and hold.get("to") == link:
             return link, "", [f"already rolled back to {short(link)} (from {short(hold.get('from'))}, "
                               f"{hold.get('at', '?')}): a rollback is one-shot"]
-        scope = [str(name) for name in (req.get("rollback_from") or []) if name]
-        if scope and os.path.basename(link.rstrip("/")) not in scope:
-            return link, "", [f"not rolled back: this node serves {short(link)} and never took "
-                              f"{', '.join(scope)} (the release rolled back), so it stays"]
-        if not previous:
-            raise PlanError("vllm_server_rollback: there is no env to roll back to: "
-                            f"{node.previous_path or '<link>.previous'} names none")
-        if not node.built(previous):
-            raise PlanError(f"vllm_server_rollback: the previous env {previous} "
-                            f"({node.previous_path}) has no bin/vllm; nothing was changed")
-        return previous, "rollback", []
+        rollout = req.get("rollout") or vr.last_rollout({"this node": node.raw})
+        back, why = vr.back_to(link, node.switches, rollout)
+        if not back:
+            return link, "", [why]
+        if back == node.link_path and node.previous:  # a legacy directory the switch moved into the store
+            back = node.previous
+        if not node.built(back):
+            raise PlanError(f"vllm_server_rollback: {short(back)}, the env this node served before its last "
+                            f"switch, has no bin/vllm ({back}); nothing was changed")
+        return back, "rollback", [why]
     if journal and j_to and j_action != "rollback":
         if target and target != j_to:
             return target, "", [f"a killed run was going to {short(j_to)}; the target is now {short(target)}"]
@@ -138,9 +137,9 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     healthy, error}] for this node); start (vllm_server_start); rendered ({unit_changed,
     env_changed}: the unit and env file on the node differ from what this run renders); requests ({restart,
     restart_since (a server started after this epoch already is the restart asked for),
-    rollback, rollback_from (env names: only a node serving one of them rolls back; empty: any),
-    rollforward, canary}); canary ({enabled, stop_server, batch_size, hosts_count,
-    gpu_memory_gib}); env_keep (vllm_server_env_keep: how many envs a prune after a switch
+    rollback, rollout (the fleet's last rollout: _rollout.last_rollout over every node's read;
+    None: this node's read alone), rollforward, canary}); canary ({enabled, stop_server,
+    batch_size, hosts_count, gpu_memory_gib}); env_keep (vllm_server_env_keep: how many envs a prune after a switch
     keeps, 0 = no prune); check_mode; now (epoch seconds, recorded in the journal).
     """
     node = Node(state.get("observed") or {})
@@ -329,6 +328,11 @@ def plan(state: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "alive": node.alive, "state": node.state_text(), "journal": record, "resumed": bool(journal),
         "stop_canary": node.canary_left,
         "record_hold": action == "rollback", "clear_hold": bool(node.hold) and switch and kind != "rollback",
+        # Written before the link moves (steps/switch.yml): the fleet's next rollback reads it.
+        "switch_record": (vr.record(node.switches, node.link, desired, _float(state.get("now")) or 0.0,
+                                    kind == "rollback") if switch else None),
+        # What recover.yml writes after it puts the links back to rollback_to.
+        "switch_record_undone": vr.undone(node.switches, rollback_to, desired) if rollback_to else None,
     }
     prune = switch and _int(state.get("env_keep"), 2) > 0
     fence = node.alive and bool(routers.all) and not check_mode
@@ -374,8 +378,10 @@ def _protected(node: Node) -> list[str]:
     """Envs the prune after a switch keeps whatever its `keep` says (it keeps the link's and
     `.previous`'s itself): the env the process runs, the env the last start record names (a
     server that died may be started again on it), every env a killed run's journal names (its
-    `previous` is where a failed start puts `.previous` back) and a rollback hold's."""
-    named = [node.process_env, node.record_env]
+    `previous` is where a failed start puts `.previous` back), a rollback hold's, and the env a
+    rollback would take the node back to (its last forward switch's `from`)."""
+    last = vr.last_forward(node.switches)
+    named = [node.process_env, node.record_env, last["from"] if last and last["to"] == node.link else ""]
     for record, keys in ((node.journal, ("from", "to", "previous", "rollback_to")), (node.hold, ("from", "to"))):
         named += [str((record or {}).get(key) or "") for key in keys]
     return sorted({env for env in named if env})

@@ -44,6 +44,21 @@ def short(path: t.Any) -> str:
 
 # --- what the observation says ------------------------------------------------------------
 
+def _switches(entries: t.Any) -> list[dict[str, t.Any]]:
+    """The switch record's list as _rollout reads it: {from, to, at, rollback}, oldest first."""
+    if not entries:
+        return []
+    if not isinstance(entries, list):
+        raise PlanError(f"the node's switch record holds {entries!r}, not a list of switches")
+    out = []
+    for entry in entries:
+        if not isinstance(entry, t.Mapping) or _float(entry.get("at")) is None:
+            raise PlanError(f"the node's switch record holds {entry!r}, not a switch (from, to, at)")
+        out.append({"from": str(entry.get("from") or ""), "to": str(entry.get("to") or ""),
+                    "at": float(entry["at"]), "rollback": _bool(entry.get("rollback"))})
+    return sorted(out, key=lambda s: s["at"])
+
+
 class Node:
     """vllm_node_state's result, with the questions the plan asks of it."""
 
@@ -79,6 +94,8 @@ class Node:
         self.acceptance_reason = str((raw.get("acceptance") or {}).get("reason") or "")
         self.journal = self._record("journal")
         self.hold = self._record("hold")
+        # Its switch record's entries, oldest first (_rollout: what a rollback undoes).
+        self.switches = _switches(raw.get("switches"))
         health = dict(raw.get("health") or {})
         self.health_status = _int(health.get("status"))
         self.health_error = str(health.get("error") or "")

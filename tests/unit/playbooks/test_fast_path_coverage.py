@@ -70,7 +70,8 @@ COVERED_ELSEWHERE = {
 }
 # Module parameters that name a path only a guard reads: vllm_node_state tells whether a running
 # vLLM uses an env, to refuse changing it; on a node as recorded there is no change to refuse.
-GUARDS = {("vllm_node_state", "link")}
+# ml_env_prune's records only keep envs from its removal: a node the fast path leaves prunes nothing.
+GUARDS = {("vllm_node_state", "link"), ("ml_env_prune", "protect_records")}
 # Commands that change something without `creates`, and where what they change lies.
 COMMANDS = {
     "Build nccl-tests (MPI=0, the node's CUDA and NCCL, the GPUs' architecture)": "gpu_node_nccl_tests_tmp",

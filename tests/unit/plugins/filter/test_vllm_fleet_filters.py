@@ -12,7 +12,7 @@ FILTERS = FilterModule().filters()
 
 
 def test_registered_names() -> None:
-    assert set(FILTERS) == {"vllm_node_plan", "vllm_node_serving", "vllm_node_report", "vllm_node_recovery", "vllm_router_settings",
+    assert set(FILTERS) == {"vllm_node_plan", "vllm_node_serving", "vllm_last_rollout", "vllm_node_report", "vllm_node_recovery", "vllm_router_settings",
                             "vllm_router_view", "vllm_router_removal_problems", "vllm_router_reconcile",
                             "vllm_drain_settings", "vllm_router_restart_need", "vllm_router_restart_plan",
                             "vllm_router_stale_urls", "vllm_batch_size", "vllm_router_back_url", "vllm_run_outcome"}
@@ -70,3 +70,11 @@ def test_outcome_and_back_url_filters_take_what_the_plays_hand_them() -> None:
     results = [{"item": "http://127.0.0.1:8010/health", "status": -1}, {"item": "http://127.0.0.1:8000/health", "status": 200}]
     assert FILTERS["vllm_router_back_url"](results, "http://gpu01:8010", "http://127.0.0.1:8010/health", "8000") == "http://gpu01:8000"
     assert FILTERS["vllm_router_back_url"](None, "http://gpu01:8010", "http://127.0.0.1:8010/health") == ""
+
+
+def test_last_rollout_reads_each_hosts_registered_state_from_hostvars() -> None:
+    """A host with no read (it left the run before) is unknown, never taken for one without history."""
+    switched = {"link": {"env": "/e/b"}, "switches": [{"from": "/e/a", "to": "/e/b", "at": 5.0, "rollback": False}]}
+    hostvars = {"gpu01": {"vllm_server_node_state": switched}, "gpu02": {"other": 1}}
+    rollout = FILTERS["vllm_last_rollout"](["gpu01", "gpu02"], hostvars)
+    assert (rollout["env"], rollout["read"], rollout["unknown"]) == ("/e/b", ["gpu01"], ["gpu02"])

@@ -73,3 +73,37 @@ def test_missing_store_and_bad_keep(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert (empty["failed"], empty["changed"], empty["msg"]) == (False, False, f"nothing to prune in {tmp_path}/ml-env.d (keep 2)")
     bad = run(tmp_path, monkeypatch, keep=0)
     assert bad["failed"] and bad["msg"] == "keep: must be at least 1 (the serving env always stays), got 0"
+
+
+def record(node: Path, name: str, value: object, mode: int = 0o600) -> str:
+    path = node / name
+    path.write_text(json.dumps(value))
+    os.chmod(path, mode)
+    return str(path)
+
+
+def test_a_killed_runs_journal_keeps_the_env_it_names_as_previous(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A switch killed before its restart: the link names 0.18, .previous 0.17, and the journal
+    names 0.16 as the previous to put back if the start fails. The prepare play's prune keeps it."""
+    store = node / "ml-env.d"
+    (node / "ml-env").symlink_to(store / "vllm-0.18.0-cccccccccccc")
+    (node / "ml-env.previous").symlink_to(store / "vllm-0.17.0-bbbbbbbbbbbb")
+    journal = record(node, "vllm_server.plan.json", {
+        "action": "upgrade", "from": str(store / "vllm-0.17.0-bbbbbbbbbbbb"),
+        "to": str(store / "vllm-0.18.0-cccccccccccc"), "previous": str(store / "vllm-0.16.0-aaaaaaaaaaaa")})
+    without = run(node, monkeypatch, check=True, keep=2)
+    assert str(store / "vllm-0.16.0-aaaaaaaaaaaa") in without["removed"]
+    done = run(node, monkeypatch, keep=2, protect_records=[journal, str(node / "vllm_server.rollback.json")])
+    assert done["removed"] == [str(store / "legacy-20261001000000")] and done["unreadable"] == []
+    assert names(node) == ["vllm-0.16.0-aaaaaaaaaaaa", "vllm-0.17.0-bbbbbbbbbbbb", "vllm-0.18.0-cccccccccccc"]
+
+
+def test_a_record_that_cannot_be_read_safely_prunes_nothing(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    leftover = node / "ml-env.d" / ".vllm-0.15.0-dddddddddddd.removing"
+    leftover.mkdir()
+    before = names(node)
+    bad = record(node, "vllm_server.plan.json", {"to": "/elsewhere"}, mode=0o666)
+    done = run(node, monkeypatch, keep=1, protect_records=[bad])
+    assert (done["changed"], done["removed"], names(node)) == (False, [], before)
+    assert done["unreadable"] == [f"{bad}: owned by uid 0, mode 0666 (root's, written by root alone, is expected)"]
+    assert done["msg"].startswith("pruned nothing in") and "every env stays" in done["msg"]

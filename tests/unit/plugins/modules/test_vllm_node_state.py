@@ -276,3 +276,25 @@ def test_a_server_whose_port_changed_is_read_where_it_listens(tmp_path, monkeypa
                                 "health_url": f"http://127.0.0.1:{old_port}/health",
                                 "metrics_url": f"http://127.0.0.1:{old_port}/metrics"}
     assert result["health"]["status"] == 200 and result["metrics"]["reachable"] is True
+
+
+def test_the_switch_record_is_read_and_its_envs_are_looked_at(tmp_path, monkeypatch):
+    """What a rollback undoes: the record's switches come back as written, and every env they name
+    is in `envs` (the plan refuses a rollback to an env that is not built)."""
+    import json
+
+    monkeypatch.setattr(vllm_node_state, "SYSTEMD_RUNTIME", str(tmp_path / "no-such-dir"))
+    record = tmp_path / "switch.json"
+    older = tmp_path / "opt" / "ml-env.d" / "older"
+    (older / "bin").mkdir(parents=True)
+    (older / "bin" / "vllm").write_text("")
+    current = str(tmp_path / "opt" / "ml-env.d" / "a")
+    switches = [{"from": str(older), "to": current, "at": 1000.0, "rollback": False}]
+    args = dict(_args(tmp_path), switch_record=str(record))
+    assert run_module_main(vllm_node_state, args, monkeypatch)["switches"] == []
+    record.write_text(json.dumps({"version": 1, "switches": switches}))
+    result = run_module_main(vllm_node_state, args, monkeypatch)
+    assert result["switches"] == switches
+    assert result["envs"][str(older)] == {"exists": True, "built": True}
+    record.write_text("[1, 2")
+    assert "cannot be read as JSON" in run_module_main(vllm_node_state, args, monkeypatch)["msg"]

@@ -23,12 +23,14 @@ def node(*, running: str | None = A, healthy: bool = True, link: str = A, previo
          files: dict | None = None, built: tuple = (A, B, C), gpus: list | None = None,
          metrics: bool | None = None, unit: str = "loaded", reboot: bool = False,
          sub: str | None = None, health_known: bool = True, metrics_known: bool = True,
-         start_record: dict | None = None, need_daemon_reload: bool = False, acceptance: bool = False) -> dict:
+         start_record: dict | None = None, need_daemon_reload: bool = False, acceptance: bool = False,
+         switches: list | None = None) -> dict:
     """A vllm_node_state result: `running` is the env of the live process (None: not running);
     `health_known`/`metrics_known` False: the read timed out (tests/unit/plugins/modules/
     test_vllm_node_state.py makes one against a real socket that never answers);
     `need_daemon_reload`: systemd's NeedDaemonReload=yes (the unit file was written, not loaded);
-    `acceptance`: gpu_node left node acceptance for the serve play (due while the server ran)."""
+    `acceptance`: gpu_node left node acceptance for the serve play (due while the server ran).
+    `switches`: the switch record's entries (sw())."""
     alive = running is not None
     return {
         "unit": {"load_state": unit, "active_state": "active" if alive else "failed",
@@ -41,7 +43,7 @@ def node(*, running: str | None = A, healthy: bool = True, link: str = A, previo
         "envs": {e: {"exists": True, "built": True} for e in built},
         "files": files or {"unit": T0 - 100, "env_file": T0 - 100, "restart_marker": None},
         "start_record": start_record or {"present": False, "current": False, "changed": [], "error": ""},
-        "journal": journal, "hold": hold,
+        "journal": journal, "hold": hold, "switches": switches or [],
         "reboot": {"pending": reboot, "reason": "new kernel command line" if reboot else ""},
         "acceptance": {"pending": acceptance, "reason": "node acceptance: NCCL settings changed" if acceptance else ""},
         "health": ({"status": None, "error": "timed out", "known": False, "tries": 3} if not health_known else
@@ -50,6 +52,15 @@ def node(*, running: str | None = A, healthy: bool = True, link: str = A, previo
         "metrics": {"reachable": (alive if metrics is None else metrics) and metrics_known, "known": metrics_known},
         "gpus": gpus or [],
     }
+
+
+def sw(frm: str, to: str, at: float = T0 - 50, rollback: bool = False) -> dict:
+    """One entry of the switch record (steps/switch.yml writes it before the link moves)."""
+    return {"from": frm, "to": to, "at": at, "rollback": rollback}
+
+
+# The last rollout took nodes from A to B (T0 - 50); the one before it from C to A (T0 - 900).
+TO_B = [sw(C, A, T0 - 900), sw(A, B)]
 
 
 LISTED = [{"name": "router01", "reachable": True, "listed": True, "healthy": True}]
@@ -168,7 +179,7 @@ CASES = [
      ["add"], "add"),
     ("unit would change (check-mode render)", node(target=A), LISTED, {"rendered": {"unit_changed": True}},
      ["remove", "drain", "restart", "health", "add"], "restart"),
-    ("rollback on demand: drained switch to .previous, no canary", node(link=B, running=B, previous=A, target=B),
+    ("rollback on demand: drained switch back, no canary", node(link=B, running=B, previous=A, target=B, switches=TO_B),
      LISTED, {"requests": {"rollback": True}}, ["remove", "drain", "switch", "restart", "health", "add"], "rollback"),
     ("rollback asked again after it was done: one-shot, nothing",
      node(link=A, running=A, previous=B, target=B, hold={"from": B, "to": A, "at": "2026-12-01T10:00:00Z"}),
@@ -186,8 +197,8 @@ CASES = [
      node(link=A, running=B, previous=B, target=B, journal={"action": "rollback", "from": B, "to": A}), UNLISTED, {},
      ["drain", "restart", "health", "add"], "rollback"),
     ("killed upgrade before its restart, then a rollback asked: only the link goes back",
-     node(link=B, running=A, previous=A, target=B, journal={"action": "upgrade", "from": A, "to": B}), LISTED,
-     {"requests": {"rollback": True}}, ["switch", "health"], "rollback"),
+     node(link=B, running=A, previous=A, target=B, journal={"action": "upgrade", "from": A, "to": B},
+          switches=TO_B), LISTED, {"requests": {"rollback": True}}, ["switch", "health"], "rollback"),
     ("canary on demand behind a router: drained, stopped, started again",
      node(target=""), LISTED, {"requests": {"canary": True}},
      ["remove", "drain", "stop", "canary", "restart", "health", "add"], "canary"),
@@ -207,7 +218,8 @@ CASES = [
     ("upgrade while one of two routers does not answer: held", node(target=B), TWO_ONE_UNKNOWN, {}, [], "held"),
     ("restart asked while the router does not answer: held", node(target=A), UNKNOWN,
      {"requests": {"restart": True}}, [], "held"),
-    ("rollback while the router does not answer: held", node(link=B, running=B, previous=A, target=B), UNKNOWN,
+    ("rollback while the router does not answer: held", node(link=B, running=B, previous=A, target=B, switches=TO_B),
+     UNKNOWN,
      {"requests": {"rollback": True}}, [], "held"),
     ("converged while the router does not answer: nothing to hold", node(target=A), UNKNOWN, {}, [], "none"),
     ("dead node while the router does not answer: started (nothing to disturb), unrouted",
@@ -277,7 +289,7 @@ SERVER_STEPS = [
      node(running=B, healthy=False, link=B, previous=A, target=B,
           journal={"action": "upgrade", "from": A, "to": B, "canary_ok": True}), UNLISTED, {},
      ["start", "journal_done"]),
-    ("rollback: the hold is kept after the start", node(link=B, running=B, previous=A, target=B), LISTED,
+    ("rollback: the hold is kept after the start", node(link=B, running=B, previous=A, target=B, switches=TO_B), LISTED,
      {"requests": {"rollback": True}},
      ["journal", "switch", "fence", "start", "clear_restart", "hold", "prune", "journal_done"]),
     ("new pins after a rollback: the hold is lifted", node(link=A, running=A, previous=B, target=C, hold={"from": B, "to": A}),
@@ -285,7 +297,8 @@ SERVER_STEPS = [
     ("a killed run's canary still runs on a converged node: stopped, nothing else",
      dict(node(target=A), canary={"active_state": "active", "main_pid": 777}), LISTED, {}, ["stop_canary"]),
     ("a rollback with a canary left: stopped before anything else",
-     dict(node(link=B, running=B, previous=A, target=B), canary={"active_state": "active", "main_pid": 9}), LISTED,
+     dict(node(link=B, running=B, previous=A, target=B, switches=TO_B), canary={"active_state": "active", "main_pid": 9}),
+     LISTED,
      {"requests": {"rollback": True}},
      ["stop_canary", "journal", "switch", "fence", "start", "clear_restart", "hold", "prune", "journal_done"]),
     ("no GPU, restart request left: cleared, nothing starts",
@@ -349,8 +362,11 @@ def test_converged_node_writes_no_journal():
 @pytest.mark.parametrize("observed, extra, match", [
     (node(target=B, built=(A,)), {}, "has no bin/vllm: it was not built"),
     (node(link="", running=None), {}, "nothing to serve"),
-    (node(previous=""), {"requests": {"rollback": True}}, "no env to roll back to"),
-    (node(previous=C, built=(A,)), {"requests": {"rollback": True}}, "previous env .* has no bin/vllm"),
+    (node(link=B, running=B, switches=TO_B, built=(B,)), {"requests": {"rollback": True}},
+     "vllm-0.17.0-aaaa, the env this node served before its last switch, has no bin/vllm"),
+    (node(link=B, running=B, switches=TO_B), {"requests": {"rollback": True, "rollout": {
+        "env": B, "at": T0 - 50, "since": T0 - 900, "read": ["gpu01"], "unknown": ["gpu02"]}}},
+     "gpu02 could not be read .* Nothing was changed"),
     (node(target=B, gpus=[{"index": 0, "total_mib": 97887, "free_mib": 9000}]), {},
      r"canary beside the live server does not fit: GPU 0 has 8.8 GiB free of 95.6 GiB; the canary "
      r"needs 16 GiB .*Nothing was stopped. Set vllm_server_canary_stop_server: true"),
@@ -530,43 +546,175 @@ def test_a_canary_a_killed_run_left_is_stopped_first(canary_state, stop):
 
 
 def test_a_rollback_with_a_canary_left_stops_it_before_the_start():
-    observed = dict(node(link=B, running=B, previous=A, target=B), canary={"active_state": "active", "main_pid": 9})
+    observed = dict(node(link=B, running=B, previous=A, target=B, switches=TO_B),
+                    canary={"active_state": "active", "main_pid": 9})
     result = plan(observed, LISTED, requests={"rollback": True})
     assert result["stop_canary"] and result["steps"] == ["remove", "drain", "switch", "restart", "health", "add"]
 
 
-ROLLOUT = [B.rsplit("/", 1)[1]]  # what site.yml's rollout record names: the env names it switched to
+FLEET_NODES = {
+    # The rollout to B reached gpu01 and gpu02; gpu03's canary failed (no switch, no record of it);
+    # gpu04 was added on B (ml_env made its link: no record); gpu05 came to B in the rollout
+    # before, then went on to A by hand-run pins... (see the rows).
+    "took the rollout": node(link=B, running=B, previous=A, target=B, switches=TO_B),
+    "its canary failed, the rollout stopped there": node(link=A, running=A, previous=C, target=B,
+                                                         switches=[sw(C, A, T0 - 900)]),
+    "added on B, no switch on record": node(link=B, running=B, previous="", target=B),
+    "killed between switch and restart": node(link=B, running=A, previous=A, target=B, switches=TO_B,
+                                              journal={"action": "upgrade", "from": A, "to": B, "previous": C}),
+    "killed after the record, before the link moved": node(link=A, running=A, previous=C, target=B,
+                                                           switches=TO_B, journal={"action": "upgrade",
+                                                                                   "from": A, "to": B}),
+    "its start failed, the links were put back": node(link=A, running=A, previous=C, target=B, switches=TO_B),
+    "rolled back already (the hold)": node(link=A, running=A, previous=B, target=B,
+                                           switches=TO_B + [sw(B, A, T0 - 10, rollback=True)],
+                                           hold={"from": B, "to": A, "at": "2026-12-01T10:00:00Z"}),
+    "its rollback failed to start, the links were put back": node(link=B, running=B, previous=A, target=B,
+                                                                  switches=TO_B + [sw(B, A, T0 - 10, rollback=True)]),
+}
 
 
-@pytest.mark.parametrize("observed, steps, serves", [
-    ("took the rollout (B): back to A", ["remove", "drain", "switch", "restart", "health", "add"], A),
-    ("never left A (the rollout stopped before it): stays, never one step past A", [], A),
-    ("killed between switch and restart (link B, A runs): the link back to A, A keeps serving", ["switch"], A),
-    ("killed before its switch to B (a journal): stays on A, finishes the killed run's add", ["health", "add"], A),
-], ids=lambda v: v if isinstance(v, str) and " " in v and "/" not in v else None)
-def test_rollback_goes_back_only_from_the_rollout_it_names(observed, steps, serves):
+def fleet_rollout(nodes: dict) -> dict:
+    """What plan.yml hands every node: vllm_last_rollout over every node's read."""
+    hostvars = {host: {"vllm_server_node_state": observed} if observed is not None else {}
+                for host, observed in nodes.items()}
+    return FilterModule().filters()["vllm_last_rollout"](list(nodes), hostvars)
+
+
+@pytest.mark.parametrize("name, goes_to", [
+    ("took the rollout", A),
+    ("its canary failed, the rollout stopped there", ""),
+    ("added on B, no switch on record", ""),
+    ("killed between switch and restart", A),
+    ("killed after the record, before the link moved", ""),
+    ("its start failed, the links were put back", ""),
+    ("rolled back already (the hold)", ""),
+    ("its rollback failed to start, the links were put back", A),
+])
+def test_rollback_undoes_the_fleets_last_rollout_on_the_nodes_it_switched(name, goes_to):
+    """The pins name B here, and A: whatever they say, only a node the last rollout switched goes back."""
+    rollout = fleet_rollout(FLEET_NODES)
+    assert (rollout["env"], rollout["since"], rollout["unknown"]) == (B, T0 - 900, [])
+    for pins in (A, B):
+        observed = dict(FLEET_NODES[name], target={"path": pins, "env": pins})
+        result = plan(observed, LISTED, requests={"rollback": True, "rollout": rollout})
+        if goes_to:
+            assert (result["action"], result["to"]) == ("rollback", goes_to), result["line"]
+            assert result["switch_to"] == goes_to or observed["link"]["env"] == goes_to
+        else:
+            assert result["to"] == observed["link"]["env"] and "switch" not in result["steps"], result["line"]
+            assert result["action"] != "rollback" and result["record_hold"] is False
+
+
+def test_pins_put_back_to_a_then_rollback_leaves_the_nodes_on_a_where_they_are():
+    """The issue's case: nodes on A whose .previous is an older Z (C here) never go two steps back."""
+    nodes = {"gpu01": node(link=B, running=B, previous=A, target=A, switches=TO_B),
+             "gpu02": node(link=A, running=A, previous=C, target=A, switches=[sw(C, A, T0 - 900)]),
+             "gpu03": node(link=A, running=A, previous=C, target=A, switches=[])}
+    rollout = fleet_rollout(nodes)
+    plans = {host: plan(observed, LISTED, requests={"rollback": True, "rollout": rollout})
+             for host, observed in nodes.items()}
+    assert {host: p["to"] for host, p in plans.items()} == {"gpu01": A, "gpu02": A, "gpu03": A}
+    assert [host for host, p in plans.items() if p["action"] == "rollback"] == ["gpu01"]
+    assert "the rollout never switched it (or it went back since): it stays" in plans["gpu02"]["line"]
+
+
+def test_pins_put_back_to_a_by_a_plain_run_then_rollback_undoes_that_run_only():
+    """The plain run switched gpu01 B -> A (a rollout of A); gpu02 came to A in the rollout before
+    B, so it stays on A rather than going back to C."""
+    nodes = {"gpu01": node(link=A, running=A, previous=B, target=A, switches=TO_B + [sw(B, A, T0 - 20)]),
+             "gpu02": node(link=A, running=A, previous=C, target=A, switches=[sw(C, A, T0 - 900)])}
+    rollout = fleet_rollout(nodes)
+    assert (rollout["env"], rollout["since"]) == (A, T0 - 50)
+    first = plan(nodes["gpu01"], LISTED, requests={"rollback": True, "rollout": rollout})
+    second = plan(nodes["gpu02"], LISTED, requests={"rollback": True, "rollout": rollout})
+    assert (first["action"], first["to"]) == ("rollback", B)
+    assert (second["action"], second["to"]) == ("none", A) and "earlier rollout" in second["line"]
+
+
+def test_a_second_rollback_is_a_no_op():
+    """After the first: each switched node holds (its plan's hold step), so nothing moves again,
+    and the nodes it never switched still stay."""
+    before = {"gpu01": node(link=B, running=B, previous=A, target=B, switches=TO_B),
+              "gpu02": node(link=A, running=A, previous=C, target=B, switches=[sw(C, A, T0 - 900)])}
+    first = plan(before["gpu01"], LISTED, requests={"rollback": True, "rollout": fleet_rollout(before)})
+    record = first["switch_record"]
+    assert record["switches"][-1] == sw(B, A, T0 + 500, rollback=True)
+    after = dict(before, gpu01=node(link=A, running=A, previous=B, target=B, switches=record["switches"],
+                                    hold={"from": first["from"], "to": first["to"], "at": "now"}))
+    rollout = fleet_rollout(after)
+    assert rollout["env"] == B  # a rollback is no rollout
+    for host, observed in after.items():
+        result = plan(observed, LISTED, requests={"rollback": True, "rollout": rollout})
+        assert result["steps"] == [] and result["to"] == A, (host, result["line"])
+
+
+def test_without_the_fleet_the_node_is_judged_from_its_own_record():
+    """The role on its own, no rollout handed over: this node's read alone."""
+    assert plan(node(link=B, running=B, previous=A, target=B, switches=TO_B), LISTED,
+                requests={"rollback": True})["to"] == A
+    stays = plan(node(link=A, running=A, previous=C, target=B), LISTED, requests={"rollback": True})
+    assert stays["to"] == A and stays["steps"] == [] and "no node read has a switch" in stays["line"]
+
+
+@pytest.mark.parametrize("history, frm, to, rollback, expected", [
+    ([], "", B, False, [sw("", B, T0 + 500)]),
+    (TO_B, B, C, False, TO_B + [sw(B, C, T0 + 500)]),
+    # a killed run's entry for the same switch (the link never moved): replaced, not repeated
+    (TO_B, A, B, False, [TO_B[0], sw(A, B, T0 + 500)]),
+    (TO_B, B, A, True, TO_B + [sw(B, A, T0 + 500, rollback=True)]),
+    ([sw(A, B, float(i)) if i % 2 else sw(B, A, float(i)) for i in range(20)], B, C, False,
+     [sw(A, B, float(i)) if i % 2 else sw(B, A, float(i)) for i in range(5, 20)] + [sw(B, C, T0 + 500)]),
+], ids=["first", "next", "killed run's entry replaced", "a rollback is marked", "the last 16 only"])
+def test_the_switch_record_a_switch_writes_first(history, frm, to, rollback, expected):
+    observed = node(link=frm, running=frm or None, target=to, switches=history, built=(A, B, C, ""))
+    if rollback:
+        observed["hold"] = None
+        result = plan(observed, LISTED, requests={"rollback": True})
+    else:
+        result = plan(observed, [], canary={"enabled": False})
+    assert result["switch_record"] == {"version": 1, "switches": expected}
+    assert plan(node(target=A, switches=history), LISTED)["switch_record"] is None
+
+
+@pytest.mark.parametrize("observed, undone", [
+    ("this run's switch", [sw(C, A, T0 - 900)]),
+    ("a killed run's switch, on record before its link moved", [sw(C, A, T0 - 900)]),
+    ("a plain restart: nothing switched", None),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_a_failed_start_put_back_takes_its_switch_off_the_record(observed, undone):
+    """recover.yml writes switch_record_undone after it puts the links back: the switch did not
+    happen, so the next rollback must not take it for the fleet's last rollout."""
     states = {
-        "took the rollout (B): back to A": node(link=B, running=B, previous=A, target=B),
-        "never left A (the rollout stopped before it): stays, never one step past A":
-            node(link=A, running=A, previous=C, target=B),
-        "killed between switch and restart (link B, A runs): the link back to A, A keeps serving":
-            node(link=B, running=A, previous=A, target=B),
-        "killed before its switch to B (a journal): stays on A, finishes the killed run's add":
-            node(link=A, running=A, previous=C, target="",
-                 journal={"action": "upgrade", "from": A, "to": B, "canary_ok": False, "previous": C}),
+        "this run's switch": node(link=A, running=A, previous=C, target=B, switches=[sw(C, A, T0 - 900)]),
+        "a killed run's switch, on record before its link moved":
+            node(link=B, running=A, previous=A, target=B, switches=TO_B,
+                 journal={"action": "upgrade", "from": A, "to": B, "canary_ok": True, "previous": C}),
+        "a plain restart: nothing switched": node(link=A, running=A, target=A, switches=TO_B[:1]),
     }
-    routers = UNLISTED if "journal" in observed else LISTED
-    result = plan(states[observed], routers, requests={"rollback": True, "rollback_from": ROLLOUT})
-    assert result["steps"] == steps
-    assert result["to"] == serves
-    if not steps or "journal" in observed:
-        assert result["action"] in ("none", "wait") and "never took vllm-0.18.0-bbbb" in result["line"]
+    result = plan(states[observed], UNLISTED, rendered={"unit_changed": True})
+    assert (result["switch_record_undone"] or {}).get("switches") == undone
 
 
-def test_without_a_scope_rollback_is_per_node_as_before():
-    """The role on its own (no fleet record): every node goes to its own .previous."""
-    result = plan(node(link=A, running=A, previous=C, target=B), LISTED, requests={"rollback": True})
-    assert result["to"] == C and result["action"] == "rollback"
+def test_a_rollback_past_a_legacy_directory_goes_where_the_switch_moved_it():
+    """The switch from a real directory at the link (an older release's env) recorded the link's
+    own path; ml_env_switch moved that directory into the store, where .previous names it."""
+    legacy = "/opt/ml-env.d/legacy-20261130183000"
+    observed = node(link=B, running=B, previous=legacy, target=B, built=(B, legacy, "/opt/ml-env"),
+                    switches=[sw("/opt/ml-env", B)])
+    result = plan(observed, LISTED, requests={"rollback": True})
+    assert (result["action"], result["to"]) == ("rollback", legacy)
+
+
+def test_the_fleet_read_names_the_nodes_it_could_not_read():
+    rollout = fleet_rollout({"gpu01": node(link=B, switches=TO_B), "gpu02": None, "gpu03": {"skipped": True}})
+    assert (rollout["env"], rollout["read"], rollout["unknown"]) == (B, ["gpu01"], ["gpu02", "gpu03"])
+    assert fleet_rollout({"gpu01": node(link=A)})["env"] == ""
+
+
+def test_the_prune_keeps_the_env_a_rollback_would_go_back_to():
+    result = plan(node(link=B, running=B, previous=C, target=B, switches=TO_B), LISTED)
+    assert A in result["protect"]
 
 
 # Every name a server follows, found changed by its start record or by time, each way round: with

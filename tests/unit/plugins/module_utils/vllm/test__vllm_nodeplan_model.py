@@ -1,7 +1,7 @@
 """A model-based test of the serve plan: generated fleets and faults through the real plan code.
 
 hypothesis draws a fleet (nodes x the env each runs and its links x a journal left by a killed
-run x a rollback hold x a unit file systemd has not loaded x whether its start record is the
+run x a rollback hold x the switch record a run before left x a unit file systemd has not loaded x whether its start record is the
 running start's x the routers listing it) and a sequence of rounds. Each round is world events
 (a server dies, a node is taken out of a router by hand, the pins change, a restart or a
 rollback is asked for, a reboot becomes pending, node acceptance becomes due (gpu_node's
@@ -21,7 +21,9 @@ first failed node, a held node left as it is while the others carry on; a failed
 through serve_node.yml's rescue (its /health read where it is configured and where it listened,
 the real `vllm_router_back_url` decision, back into every router that answers).
 
-Asserted after every step: a live server is never stopped or restarted while any router lists it
+Asserted for every plan of a rollback run: a node moves only when the fleet's last rollout (read
+from every node's switch record, the pins playing no part) switched it, and then to what it served
+before that switch; never two steps back. Asserted after every step: a live server is never stopped or restarted while any router lists it
 under any URL, its old port's too (whatever that router's read said); a node whose reads did not all answer gets no disruptive step;
 a removal never takes a router below its floor; acceptance never runs beside a live server;
 after a failure, a node that served routed is listed again by every router that answers, under
@@ -45,6 +47,7 @@ from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _lock a
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeplan as vp
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodereport as vn
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _nodeview as vv
+from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm import _rollout as vo
 
 ENVS = ("/opt/ml-env.d/vllm-0.17.0-aaaa", "/opt/ml-env.d/vllm-0.18.0-bbbb", "/opt/ml-env.d/vllm-0.19.0-cccc")
 ROUTERS = ("router01", "router02")
@@ -54,7 +57,7 @@ DISRUPTIVE = ("stop", "restart", "reboot")
 STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0, "moves": 0,
                          "refused": 0, "killed": 0, "failed": 0, "fenced": 0, "concurrent": 0, "takeovers": 0,
                          "not_loaded": 0, "accepted": 0, "rejected": 0, "fell_back": 0, "put_back": 0,
-                         "put_back_old_port": 0}
+                         "put_back_old_port": 0, "rolled_back": 0, "stayed": 0, "floor_held": 0}
 
 
 class Fleet:
@@ -125,6 +128,7 @@ class Fleet:
             "start_record": record,
             "listen": {"port": n["port"], "source": "process" if alive else "configured"},
             "journal": copy.deepcopy(n["journal"]), "hold": copy.deepcopy(n["hold"]),
+            "switches": copy.deepcopy(n["switches"]),
             "reboot": {"pending": n["reboot"], "reason": "new kernel command line" if n["reboot"] else ""},
             "acceptance": {"pending": n["acceptance"], "reason": "NCCL settings changed" if n["acceptance"] else ""},
             "health": ({"status": None, "error": "timed out", "known": False, "tries": 3} if health_unknown
@@ -157,6 +161,10 @@ class Killed(Exception):
 
 class Failed(Exception):
     """The node failed; serve_node.yml's rescue runs, then the rollout stops."""
+
+
+class Held(Exception):
+    """A router's floor refused the node's removal: it is left as it is, the rollout carries on."""
 
 
 SETTINGS = vf.router_settings(list(ROUTERS), {}, {
@@ -199,7 +207,7 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
     if "remove" in steps:  # worker_remove.yml: every URL each router lists the node under
         before = {r: fleet.healthy_count(r) for r in fleet.lists}
         if vf.removal_problems(reads, [u for r in view for u in r["urls"]], SETTINGS):
-            raise Failed("floor")
+            raise Held("floor")  # serve_node.yml: vllm_router_removal_hold; nothing was changed
         for r in view:
             if r["listed"]:
                 fleet.lists[r["name"]] -= set(r["urls"])
@@ -235,7 +243,9 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
                 raise Failed("canary")
             n["journal"]["canary_ok"] = True
             step_done()
-        elif kind == "switch":
+        elif kind == "switch":  # steps/switch.yml: the record first, then the links
+            n["switches"] = copy.deepcopy(p["switch_record"]["switches"])
+            step_done()
             n["previous"], n["link"] = n["link"], p["switch_to"]
             step_done()
         elif kind == "reboot":
@@ -301,6 +311,7 @@ def recover(fleet: Fleet, name: str, p: dict[str, t.Any], outcomes: dict[str, t.
         n["link"] = p["rollback_to"]
         if p["rollback_previous"]:
             n["previous"] = p["rollback_previous"]
+        n["switches"] = copy.deepcopy(p["switch_record_undone"]["switches"])
     if "start" in r["steps"]:
         n["alive"], n["running"], n["started"], n["port"] = True, n["link"], fleet.tick(), n["wanted"]
         n["not_loaded"] = n["old_unit"] = False  # start.yml: daemon-reload, then the restart
@@ -357,6 +368,10 @@ def serve_plays(fleet: Fleet, faults: dict[str, t.Any], requests: dict[str, t.An
     """Plays 2, 3 and 4 of one run (Killed propagates: nothing after the kill happens). A node
     whose turn the idle play took (its plan ran there, not held) is left by the rolling play."""
     taken: set[str] = set()
+    # The idle play observes every node first (one task, all hosts): plan.yml's rollout is read
+    # from these reads, each node's replaced by its own fresher one when it plans.
+    reads = {name: fleet.observe(name, faults) for name in sorted(fleet.nodes)}
+    rollout = vo.last_rollout(reads) if requests.get("rollback") else None
     for scope in ("idle", "routers", "all"):
         if scope == "routers":
             reconcile(fleet, faults)
@@ -364,7 +379,7 @@ def serve_plays(fleet: Fleet, faults: dict[str, t.Any], requests: dict[str, t.An
                 concurrent_run(fleet)
             continue
         for name in sorted(set(fleet.nodes) - out - taken):
-            verdict = serve(fleet, name, scope, faults, dict(requests, restart_since=started))
+            verdict = serve(fleet, name, scope, faults, dict(requests, restart_since=started), reads, rollout)
             if verdict == "ok" and scope == "idle":
                 taken.add(name)
             if verdict == "held":
@@ -398,10 +413,18 @@ def reconcile(fleet: Fleet, faults: dict[str, t.Any]) -> None:
             listed.discard(url)
 
 
-def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], requests: dict[str, t.Any]) -> str:
+def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], requests: dict[str, t.Any],
+          reads: dict[str, t.Any], rollout: dict[str, t.Any] | None) -> str:
     """serve_node.yml for one node: ok | skipped | held | failed. The idle play observes the node
-    first and leaves one that serves (vllm_node_serving) before its routers are read."""
-    observed = fleet.observe(name, faults)
+    first and leaves one that serves (vllm_node_serving) before its routers are read. A rollback
+    is judged from every node's read (plan.yml: vllm_last_rollout over hostvars); each read is
+    from before that node's own steps, and a rollback run switches no node forward, so the
+    rollout read at the run's start is every node's."""
+    observed = reads[name] if scope == "idle" else fleet.observe(name, faults)
+    reads[name] = observed
+    if rollout is not None:
+        assert vo.last_rollout(reads)["env"] == rollout["env"], "the rollout moved during a rollback run"
+        requests = dict(requests, rollout=rollout)
     if scope == "idle" and vv.Node(observed).serving:
         return "skipped"
     reads = fleet.reads(faults)
@@ -418,6 +441,17 @@ def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], request
         STATS["refused"] += 1
         return "failed"
     STATS["plans"] += 1
+    if requests.get("rollback") and not observed["journal"]:
+        # Never two steps back, and only where the last rollout switched the node: a node that
+        # moves goes to what it served before its last forward switch, which went to the env the
+        # fleet's last rollout named; every other node stays on what its link names.
+        last = vo.last_forward(vv.Node(observed).switches)
+        if p["to"] != observed["link"]["env"]:
+            assert last and last["to"] == rollout["env"] == observed["link"]["env"], (name, p["line"])
+            assert p["to"] == last["from"] and p["action"] in ("rollback", "held"), (name, p["line"])
+            STATS["rolled_back"] += p["action"] == "rollback"
+        elif last and last["to"] == observed["link"]["env"] != rollout["env"]:
+            STATS["stayed"] += 1
     STATS["not_loaded"] += p["restart_reasons"] == [vp.UNIT_NOT_LOADED]  # what only NeedDaemonReload tells
     if p["held"]:
         STATS["held"] += 1
@@ -429,6 +463,10 @@ def serve(fleet: Fleet, name: str, scope: str, faults: dict[str, t.Any], request
         STATS["failed"] += 1
         rescue(fleet, name, p, port, faults)
         return "failed"
+    except Held:
+        STATS["held"] += 1
+        STATS["floor_held"] += 1
+        return "held"
     return "ok"
 
 
@@ -472,6 +510,10 @@ node_strategy = st.fixed_dictionaries({
     "record": st.booleans(),  # its start record is its running start's own (else: file times)
     "not_loaded": st.booleans(),  # a killed run's unit on disk, systemd's NeedDaemonReload
     "unlisted": st.sets(st.sampled_from(ROUTERS)),
+    # the switch record a run before left: forward switches and rollbacks, in time order
+    "switches": st.lists(st.tuples(st.sampled_from(("",) + ENVS), st.sampled_from(ENVS), st.booleans()),
+                         max_size=3).map(lambda rows: [{"from": f, "to": to, "at": 100.0 + i, "rollback": r}
+                                                       for i, (f, to, r) in enumerate(rows)]),
 })
 
 
@@ -574,4 +616,42 @@ def test_the_model_is_not_vacuous():
     assert STATS["fleets"] >= 100 and STATS["steps"] > 1000
     assert min(STATS["held"], STATS["killed"], STATS["failed"], STATS["fenced"], STATS["concurrent"],
                STATS["takeovers"], STATS["moves"], STATS["not_loaded"], STATS["accepted"], STATS["rejected"],
-               STATS["fell_back"], STATS["put_back"], STATS["put_back_old_port"]) > 0, STATS
+               STATS["fell_back"], STATS["put_back"], STATS["rolled_back"], STATS["stayed"]) > 0, STATS
+
+
+def _quiet_node(name: str) -> dict[str, t.Any]:
+    """A node that serves what its link names, routed, on the first port, with no history."""
+    return {"name": name, "alive": True, "running": ENVS[0], "link": ENVS[0], "previous": "", "journal": None,
+            "hold": None, "reboot": False, "acceptance": False, "marker": None, "record": True,
+            "not_loaded": False, "unlisted": set(), "switches": [], "started": 900.0, "unit_written": 0.0,
+            "port": PORTS[0], "wanted": PORTS[0], "old_unit": False}
+
+
+def test_a_node_that_fails_before_its_port_move_goes_back_under_its_old_url():
+    """The drained move's failure the random draws rarely meet: out of the router, drained, then
+    the next task fails before the restart -- the rescue reads /health on both ports and puts the
+    node back where it still serves (its old URL), the other node untouched."""
+    fleet = Fleet([_quiet_node("gpu01"), _quiet_node("gpu02")], ["router01"], ENVS[0])
+    world(fleet, ("port", "gpu01"))
+    faults = dict(NO_FAULTS, fail={"gpu01": 2})  # remove, drain, then a failure
+    run(fleet, faults, {})
+    assert fleet.nodes["gpu01"]["alive"] and fleet.nodes["gpu01"]["port"] == PORTS[0]
+    assert fleet.lists["router01"] == {"http://gpu01:8000", "http://gpu02:8000"}
+    run(fleet, NO_FAULTS, {})  # the next run moves it, drained
+    assert fleet.lists["router01"] == {"http://gpu01:8010", "http://gpu02:8000"}
+
+
+def test_a_floor_that_refuses_one_node_holds_it_and_the_rollout_carries_on():
+    """router01 lists gpu01 alone (gpu02 serves on its old port, unlisted): gpu01's removal would
+    empty it, so gpu01 is held and left as it is; gpu02, which needs no removal, moves and is
+    added -- and the next run can take gpu01 out. Before, the refusal failed gpu01 and stopped
+    the rollout at it on every run: gpu02 never moved, the fleet never converged."""
+    second = dict(_quiet_node("gpu02"), unlisted={"router01"})
+    fleet = Fleet([_quiet_node("gpu01"), second], ["router01"], ENVS[1])
+    world(fleet, ("port", "gpu02"))
+    before = copy.deepcopy(fleet.nodes["gpu01"])
+    held = run(fleet, NO_FAULTS, {})
+    assert held == ["gpu01"] and fleet.nodes["gpu01"] == before
+    assert fleet.lists["router01"] == {"http://gpu01:8000", "http://gpu02:8010"}
+    assert run(fleet, NO_FAULTS, {}) == []
+    assert fleet.nodes["gpu01"]["link"] == ENVS[1]
