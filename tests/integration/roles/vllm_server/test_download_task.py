@@ -10,6 +10,7 @@ The weights check that judges the directories is the real module. Needs tests/en
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
 
 REPO = Path(__file__).resolve().parents[4]
 PINNED, OTHER = "1" * 40, "2" * 40
+TOKEN = "hf_secret_token_0123"
 HF_DOUBLE = """#!{python}
 # TEST DOUBLE of `hf download REPO --local-dir DIR [--revision R]` (see the test's docstring).
 import sys
@@ -36,6 +38,25 @@ meta = local / ".cache" / "huggingface" / "download"
 meta.mkdir(parents=True, exist_ok=True)
 for name in make_checkpoint(local, shards=2, shard_bytes=4096):
     (meta / (name + ".metadata")).write_text(commit + '\\n"etag"\\n1796274797.0\\n')
+# Where the token is, and where it is not: the environment, every ancestor's command line.
+import json, os
+path = os.environ.get("HF_TOKEN_PATH", "")
+seen, pid = [], os.getpid()
+while pid > 1:
+    try:
+        cmdline = Path(f"/proc/{{pid}}/cmdline").read_bytes()
+        pid_next = int(Path(f"/proc/{{pid}}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        break
+    if {token!r}.encode() in cmdline:
+        seen.append(pid)
+    pid = pid_next
+with open({log!r} + ".token", "a") as record:
+    record.write(json.dumps({{"env": "HF_TOKEN" in os.environ, "path": path,
+                              "file": Path(path).read_text() == {token!r} if path else None,
+                              "mode": oct(os.stat(path).st_mode & 0o777) if path else None,
+                              "folder": oct(os.stat(os.path.dirname(path)).st_mode & 0o777) if path else None,
+                              "in_cmdline": seen}}) + "\\n")
 """
 
 
@@ -44,7 +65,7 @@ def _variables(tmp_path: Path, **extra: str) -> dict[str, str]:
             "vllm_server_model_repo": "moonshotai/Kimi-K2.5", "vllm_server_model_path": str(tmp_path / "model"),
             "vllm_server_model_revision": PINNED, "vllm_server_drafter_repo": "lightseekorg/kimi-k2.5-eagle3",
             "vllm_server_drafter_path": str(tmp_path / "drafter"), "vllm_server_drafter_revision": "",
-            "vllm_server_hf_token": "hf_secret_token_0123", "ansible_become_method": "su", **extra}
+            "vllm_server_hf_token": TOKEN, "ansible_become_method": "su", **extra}
 
 
 def _result(tasks: list[dict], name: str) -> dict:
@@ -54,7 +75,7 @@ def _result(tasks: list[dict], name: str) -> dict:
 def test_downloads_only_what_is_missing_and_never_over_a_pin(tmp_path: Path, role_tasks) -> None:
     log = tmp_path / "hf.log"
     (tmp_path / "hf").write_text(HF_DOUBLE.format(python=sys.executable, support=str(REPO / "tests" / "support"),
-                                                  log=str(log), newest="3" * 40))
+                                                  log=str(log), newest="3" * 40, token=TOKEN))
     (tmp_path / "hf").chmod(0o755)
 
     proc, tasks = role_tasks("download.yml", _variables(tmp_path))
@@ -64,7 +85,13 @@ def test_downloads_only_what_is_missing_and_never_over_a_pin(tmp_path: Path, rol
         f"download lightseekorg/kimi-k2.5-eagle3 --local-dir {tmp_path / 'drafter'}"]
     warned = [r["msg"] for r in _result(tasks, "Say which downloads are not pinned")["results"] if "msg" in r]
     assert len(warned) == 1 and "vllm_server_drafter_revision" in warned[0]
-    assert "hf_secret_token_0123" not in proc.stdout + proc.stderr
+    assert TOKEN not in proc.stdout + proc.stderr
+    # The token reached hf through a 0600 file in a 0700 folder, gone afterwards: never in its
+    # environment, nor on a command line of hf or of anything that started it (sudo/su, sh).
+    seen = [json.loads(line) for line in (tmp_path / "hf.log.token").read_text().splitlines()]
+    assert len(seen) == 2 and all(s["file"] and not s["env"] and not s["in_cmdline"] for s in seen), seen
+    assert {(s["mode"], s["folder"]) for s in seen} == {("0o600", "0o700")}
+    assert not any(Path(s["path"]).parent.exists() for s in seen)
 
     # Again: both directories are complete (headers read), nothing is downloaded or said.
     proc, tasks = role_tasks("download.yml", _variables(tmp_path))
