@@ -32,7 +32,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._lock import (
-    LockError, heartbeat, heartbeat_every, holder_alive, process_started, redact_command, run_id, start_ticks)
+    ENDED, LockError, heartbeat, heartbeat_every, holder_alive, process_started, redact_command, run_id, start_ticks)
 
 MODULE = "gpuserve.vllm.fleet_lock"
 PROC = "/proc"
@@ -200,7 +200,13 @@ class ActionModule(ActionBase):
                 return "error"  # the lock host did not answer: try again soon
             return "error" if reply.get("failed") else str(reply.get("action"))
 
-        heartbeat(lambda: running(me["pid"], me["pid_start"]), beat, every, poll=HEARTBEAT_POLL)
+        why = heartbeat(lambda: running(me["pid"], me["pid_start"]), beat, every, poll=HEARTBEAT_POLL)
+        if why == ENDED:  # no last play released it: say so in the lock, for any run to take it over
+            try:
+                self._module(dict(args, state="ended", holder=me), task_vars)
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            except Exception:  # pylint: disable=broad-exception-caught
+                pass  # the lock host did not answer: the lock goes stale after stale_after, as before
 
     def _module(self, module_args: dict, task_vars: dict) -> dict:
         return self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)

@@ -37,7 +37,10 @@ description:
     reads every 2 s whether the C(ansible-playbook) process (pid and start ticks) still runs, and
     stops within seconds of its end, whatever the way out (a kill too). It also stops once the lock
     is no longer this run's (released, or taken over). So a live run's lock never goes stale, and
-    a dead run's goes stale O(stale_after) seconds after its last heartbeat at the latest. Needs a
+    a dead run's goes stale O(stale_after) seconds after its last heartbeat at the latest.
+  - A run that ends without its last play (Ctrl-C, a kill, a playbook cut short) leaves its lock,
+    but its heartbeat, seeing its process gone, marks the record C(ended) (O(state=ended)): any run,
+    from any controller, then takes it over at once, with the warning naming it. Needs a
     Linux controller (C(/proc)); elsewhere the lock is renewed by the tasks only.
   - Every change of the lock file (take, renew, release) holds an exclusive C(flock) on its
     directory, so a heartbeat in flight cannot write back a lock its run has just released or
@@ -70,9 +73,10 @@ options:
     description:
       - V(present) takes or keeps the lock, V(absent) releases it, V(query) only reads it.
       - V(renew) is the heartbeat's - renews this run's lock, never takes one (the action plugin's
-        heartbeat process uses it).
+        heartbeat process uses it). V(ended) is its last act once the run's process is gone - marks
+        this run's lock for any run to take over.
     type: str
-    choices: [present, absent, query, renew]
+    choices: [present, absent, query, renew, ended]
     default: present
   holder:
     description:
@@ -131,7 +135,7 @@ action:
   description:
     - V(acquire), V(keep), V(takeover) or V(refuse) for O(state=present); V(release), V(leave)
       (another run's lock) or V(none) (no lock) for O(state=absent); V(query) for O(state=query);
-      V(keep) or V(lost) (no lock, or another run's) for O(state=renew).
+      V(keep) or V(lost) (no lock, or another run's) for O(state=renew); V(ended) or V(lost) for O(state=ended).
   returned: always
   type: str
 holder:
@@ -166,7 +170,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpuserve.vllm.plugins.module_utils import _atomic
 from ansible_collections.gpuserve.vllm.plugins.module_utils._vllm._lock import (
-    RECORD_FIELDS, LockError, decide, holder_text, parse_record, renew)
+    RECORD_FIELDS, LockError, decide, holder_text, mark_ended, parse_record, renew)
 
 
 def read_lock(path: str) -> dict | None:
@@ -214,6 +218,16 @@ def renewed(p: dict, me: dict, check: bool) -> dict:
         publish(p["path"], dict(existing, heartbeat=me["heartbeat"]), replace=True)
     holder = dict(existing, heartbeat=me["heartbeat"]) if decision["action"] == "keep" else existing
     return dict(decision, holder=holder, previous=None, changed=False)
+
+
+def ended(p: dict, me: dict, check: bool) -> dict:
+    """The heartbeat saw this run's process end before it released the lock: mark it so."""
+    existing = read_lock(p["path"])
+    decision = mark_ended(existing, me, time.time())
+    if decision["action"] == "ended" and not check:
+        publish(p["path"], decision["record"], replace=True)
+    return {"action": decision["action"], "msg": decision["msg"], "holder": decision.get("record", existing),
+            "previous": None, "changed": False}
 
 
 def present(p: dict, me: dict, check: bool) -> dict:
@@ -266,7 +280,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "default": "/var/lib/gpuserve/site.lock"},
-            "state": {"type": "str", "choices": ["present", "absent", "query", "renew"], "default": "present"},
+            "state": {"type": "str", "choices": ["present", "absent", "query", "renew", "ended"], "default": "present"},
             "holder": {"type": "dict"},
             "holder_alive": {"type": "raw"},
             "judged_run_id": {"type": "str", "default": ""},
@@ -274,7 +288,8 @@ def main() -> None:
             "stale_after": {"type": "int", "default": 10800},
             "heartbeat_every": {"type": "int", "default": 0},  # the action plugin's: accepted, not used here
         },
-        required_if=[("state", "present", ["holder"]), ("state", "absent", ["holder"]), ("state", "renew", ["holder"])],
+        required_if=[("state", "present", ["holder"]), ("state", "absent", ["holder"]), ("state", "renew", ["holder"]),
+                     ("state", "ended", ["holder"])],
         supports_check_mode=True,
     )
     p = module.params
@@ -291,7 +306,7 @@ def main() -> None:
             result = {"action": "query", "holder": found, "previous": None, "changed": False,
                       "msg": f"held by {holder_text(found)}" if found else "no fleet lock"}
         else:
-            act = {"present": present, "absent": absent, "renew": renewed}[p["state"]]
+            act = {"present": present, "absent": absent, "renew": renewed, "ended": ended}[p["state"]]
             with guarded(p["path"], create=p["state"] == "present" and not module.check_mode):
                 result = act(p, me, module.check_mode)
     except LockError as exc:

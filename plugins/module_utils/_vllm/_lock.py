@@ -20,7 +20,7 @@ import typing as t
 import uuid
 
 RECORD_FIELDS = ("run_id", "controller", "boot_id", "pid_ns", "pid", "pid_start", "started", "user", "command",
-                 "heartbeat")
+                 "heartbeat")  # and, once its heartbeat saw the run's process end, "ended" (mark_ended)
 
 # ansible-playbook options whose values may be secrets (aliases included): never written down.
 SECRET_LONG = ("--extra-vars", "--vault-password-file", "--vault-pass-file", "--vault-id",
@@ -31,6 +31,7 @@ NOT_SECRET = ("--become", "--connection")
 # Short flags that take no value and may come before `e` in one token (`-ve x`, `-vvve@f`).
 SHORT_FLAGS = "vbkKCDJh"
 MASK = "***"
+ENDED = "the run ended"  # heartbeat()'s answer once the run's process is gone
 RUN_NAMESPACE = uuid.UUID("5b0c3c1e-8d7a-4f7e-9a52-6a1f0c2d9e41")
 
 
@@ -38,15 +39,19 @@ class LockError(Exception):
     """The lock file holds something that is not a holder record."""
 
 
+def _when(epoch: t.Any) -> str:
+    """An epoch as UTC ISO 8601 to the second; "?" when it is not one."""
+    try:
+        moment = datetime.datetime.fromtimestamp(float(epoch), datetime.timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+    return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
 def holder_text(record: t.Mapping[str, t.Any]) -> str:
     """One line naming the holder, for refusals, warnings and takeovers."""
-    try:
-        started = datetime.datetime.fromtimestamp(float(record.get("started")), datetime.timezone.utc)
-        when = started.replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    except (TypeError, ValueError, OverflowError, OSError):
-        when = "?"
     return (f"run {record.get('run_id', '?')}: ansible-playbook pid {record.get('pid', '?')} "
-            f"on controller {record.get('controller', '?')}, started {when} "
+            f"on controller {record.get('controller', '?')}, started {_when(record.get('started'))} "
             f"by {record.get('user', '?')}: {record.get('command', '?')}")
 
 
@@ -88,6 +93,11 @@ def decide(existing: dict | None, me: dict, *, holder_alive: bool | None,
     old = holder_text(existing)
     if existing["run_id"] == me["run_id"]:
         return {"action": "keep", "msg": f"lock already held by this run ({old})"}
+    if existing.get("ended"):  # its heartbeat saw its process end (mark_ended): anyone may take it
+        return {"action": "takeover",
+                "msg": f"a lock left by a run that ended without releasing it (interrupted, killed, or cut "
+                       f"short before its last play: its heartbeat saw its process end at "
+                       f"{_when(existing.get('ended'))}) was taken over: {old}"}
     if holder_alive is True:
         return {"action": "refuse",
                 "msg": f"another ansible-playbook run holds the fleet lock and is still running: {old}. "
@@ -227,6 +237,18 @@ def renew(existing: dict | None, me: dict) -> dict:
     return {"action": "lost", "msg": f"the fleet lock is no longer this run's ({held}): the heartbeat stops"}
 
 
+def mark_ended(existing: dict | None, me: dict, now: float) -> dict:
+    """The heartbeat's last act once its run's process is gone and the lock is still the run's:
+    the record stays (the next run says whose it was and finishes its journals) but is marked
+    `ended`, so that a run from any controller takes it over at once -- not after the stale age,
+    not only with gpuserve_lock_break. Any other lock, or none, is left alone."""
+    check_record(me, "holder record of this run")
+    if existing is None or check_record(existing)["run_id"] != me["run_id"]:
+        return {"action": "lost", "msg": "the fleet lock is no longer this run's: nothing to mark"}
+    return {"action": "ended", "record": dict(existing, ended=float(now)),
+            "msg": f"the run ended without releasing the fleet lock: marked for any run to take over ({holder_text(existing)})"}
+
+
 def heartbeat_every(stale_after: float, every: float = 0) -> float:
     """Seconds between two heartbeats of a live run: `every`, or a sixth of stale_after when 0;
     0 (no heartbeat) when no lock ever goes stale. A LockError when fewer than three beats fit
@@ -257,7 +279,7 @@ def heartbeat(alive: t.Callable[[], bool], beat: t.Callable[[], str], every: flo
     due = clock() + every
     while True:
         if not alive():
-            return "the run ended"
+            return ENDED
         if clock() >= due:
             outcome = beat()
             if outcome == "lost":

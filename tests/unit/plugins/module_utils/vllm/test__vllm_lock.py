@@ -47,6 +47,11 @@ ME = rec("run-me", 7, user="bob")
     (rec(), None, "run-b", "refuse", ["gpuserve_lock_break=run-b names another run"]),
     (rec(), True, "run-a", "refuse", ["still running"]),  # seen alive here: the word is wrong
     (rec(), False, "run-a", "takeover", ["ended without releasing it"]),
+    # marked ended by its heartbeat: taken over from anywhere at once, whatever is judged here
+    (rec(ended=1735689700.0), None, "", "takeover", ["ended without releasing it (interrupted, killed",
+                                                     "process end at 2025-01-01T00:01:40Z", "run-a"]),
+    (rec(ended=1735689700.0), True, "", "takeover", ["cut short before its last play"]),
+    (rec("run-me", ended=1735689700.0), None, "", "keep", ["already held by this run"]),
 ])
 def test_decide(existing, alive, brk, action, words) -> None:
     decision = _lock.decide(existing, ME, holder_alive=alive, break_run_id=brk)
@@ -315,6 +320,28 @@ def test_renew_never_takes_a_lock(existing, action, words) -> None:
     assert decision["action"] == action and all(w in decision["msg"] for w in words), decision
 
 
+@pytest.mark.parametrize("existing, action", [(rec("run-me"), "ended"), (rec(), "lost"), (None, "lost")])
+def test_mark_ended_marks_only_this_runs_lock(existing, action) -> None:
+    decision = _lock.mark_ended(existing, ME, 1735689700.0)
+    assert decision["action"] == action
+    assert decision.get("record") == (dict(existing, ended=1735689700.0) if action == "ended" else None)
+
+
+def test_ended_marks_this_runs_lock_for_any_run_and_leaves_any_other(monkeypatch, lock) -> None:
+    """The heartbeat's last act, through the module, stamped with the lock host's clock."""
+    put(lock, ME)
+    marked = module(monkeypatch, lock, clock=ME["heartbeat"] + 60, state="ended", holder=ME)
+    assert (marked["failed"], marked["changed"], marked["action"]) == (False, False, "ended")
+    assert json.loads(lock.read_text()) == dict(ME, ended=ME["heartbeat"] + 60)
+    other = _lock.decide(json.loads(lock.read_text()), rec("run-b"), holder_alive=None)
+    assert other["action"] == "takeover", other
+    put(lock, rec())
+    assert module(monkeypatch, lock, state="ended", holder=ME)["action"] == "lost"
+    assert json.loads(lock.read_text()) == rec()  # another run's lock: not touched
+    lock.unlink()
+    assert module(monkeypatch, lock, state="ended", holder=ME)["action"] == "lost" and not lock.exists()
+
+
 @pytest.mark.parametrize("stale_after, every, expected", [
     (10800, 0, 1800.0),
     (10800, 600, 600.0),
@@ -417,9 +444,9 @@ def test_every_change_of_the_lock_waits_for_the_directory_flock(monkeypatch, loc
         real_flock(handle, op | fcntl.LOCK_NB)  # held by this test: must fail, not wait
 
     monkeypatch.setattr(fleet_lock.fcntl, "flock", spy)
-    for state in ("renew", "absent", "present"):
+    for state in ("renew", "absent", "present", "ended"):
         result = module(monkeypatch, lock, state=state, holder=ME)
         assert result["failed"] and "Resource temporarily unavailable" in result["msg"], (state, result)
-    assert seen == [True, True, True]
+    assert seen == [True, True, True, True]
     assert json.loads(lock.read_text()) == ME
     os.close(fd)
