@@ -39,8 +39,8 @@ description:
     is no longer this run's (released, or taken over). So a live run's lock never goes stale, and
     a dead run's goes stale O(stale_after) seconds after its last heartbeat at the latest.
   - A run that ends without its last play (Ctrl-C, a kill, a playbook cut short) leaves its lock,
-    but its heartbeat, seeing its process gone, marks the record C(ended) (O(state=ended)): any run,
-    from any controller, then takes it over at once, with the warning naming it. Needs a
+    but its heartbeat, seeing its process gone, marks the record C(ended) (O(state=ended)), and any
+    run, from any controller, then takes it over at once, with the warning naming it. Needs a
     Linux controller (C(/proc)); elsewhere the lock is renewed by the tasks only.
   - Every change of the lock file (take, renew, release) holds an exclusive C(flock) on its
     directory, so a heartbeat in flight cannot write back a lock its run has just released or

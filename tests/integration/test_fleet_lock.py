@@ -284,4 +284,3 @@ def test_a_heartbeat_that_would_not_fit_is_refused(runs: Runs) -> None:
         {"gpuserve.vllm.fleet_lock": {"path": str(runs.lock), "stale_after": 60, "heartbeat_every": 30}}]))
     assert result.returncode != 0 and "does not fit three times" in result.stdout, result.stdout[-3000:]
     assert not runs.lock.exists()
-
