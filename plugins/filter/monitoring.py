@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters of the monitoring role and fleet_status.yml: Prometheus' scrape targets and alert rules, the fleet's status table.
 
-The logic is table-tested Python (module_utils/_monitor/_targets.py, _rules.py, _status.py, _loaded.py).
+The logic is table-tested Python (module_utils/_monitor/_targets.py, _listen.py, _rules.py, _status.py, _loaded.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuserve.vllm.plugins.plugin_utils._lazy_engine import Engine
 
 ml = Engine("_monitor._loaded")
+mn = Engine("_monitor._listen")
 mr = Engine("_monitor._rules")
 ms = Engine("_monitor._status")
 mt = Engine("_monitor._targets")
@@ -36,6 +37,24 @@ def monitoring_router_workers(router: t.Any, nodes: t.Sequence[t.Mapping[str, t.
         return mt.router_workers(router, list(nodes or []))
     except mt.TargetsError as exc:
         raise AnsibleFilterError(f"monitoring_router_workers: {exc}") from exc
+
+
+def monitoring_fleet_addresses(hosts: t.Any) -> dict[str, t.Any]:
+    """[{name, explicit, candidates, facts_ipv4}] | monitoring_fleet_addresses -> {addresses, problems, need_facts}."""
+    if not isinstance(hosts, (list, tuple)) or not all(isinstance(h, t.Mapping) for h in hosts):
+        raise AnsibleFilterError(f"monitoring_fleet_addresses: expected a list of hosts, found {hosts!r}")
+    try:
+        return mn.fleet_addresses(list(hosts))
+    except mn.ListenError as exc:
+        raise AnsibleFilterError(f"monitoring_fleet_addresses: {exc}") from exc
+
+
+def monitoring_listen(value: t.Any, variable: str) -> str:
+    """'host:port' | monitoring_listen(variable name) -> the same, its host an IP (refused naming the variable)."""
+    try:
+        return mn.check_listen(value, str(variable))
+    except mn.ListenError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def monitoring_rules(files: t.Any, alert_for: t.Any = None, disabled: t.Any = None) -> dict[str, t.Any]:
@@ -76,6 +95,8 @@ class FilterModule:
             "monitoring_scrape_configs": monitoring_scrape_configs,
             "monitoring_router_workers": monitoring_router_workers,
             "monitoring_rules": monitoring_rules,
+            "monitoring_fleet_addresses": monitoring_fleet_addresses,
+            "monitoring_listen": monitoring_listen,
             "monitoring_loaded_plans": monitoring_loaded_plans,
             "fleet_status_table": fleet_status_table,
         }

@@ -63,11 +63,13 @@ def scrape_configs(nodes: t.Sequence[t.Mapping[str, t.Any]], routers: t.Sequence
                    settings: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """{'scrape_configs': [...], 'problems': [...]} for prometheus.yml.
 
-    nodes:   [{name, address, vllm_host, vllm_port}] -- the GPU nodes
-    routers: [{name, address, prometheus_host, prometheus_port}]
+    nodes:   [{name, address, vllm_host, vllm_port, exporter_host}] -- the GPU nodes
+    routers: [{name, address, prometheus_host, prometheus_port, exporter_host}]
+      exporter_host: where the host's node_exporter (and dcgm-exporter) listen (its fleet address,
+      _listen.fleet_addresses); absent or 0.0.0.0: every address, scraped at `address`.
     settings: monitoring_host (the inventory name Prometheus runs on), gpu_exporter ('dcgm' or
-      'textfile'), node_exporter_port, dcgm_port, prometheus_port, scrape_interval (optional,
-      per job: {'vllm': '5s'}).
+      'textfile'), node_exporter_port, dcgm_port, prometheus_port, prometheus_host (where
+      Prometheus listens; absent: every address), scrape_interval (optional, per job: {'vllm': '5s'}).
     """
     monitoring_host = str(settings.get("monitoring_host", ""))
     gpu_exporter = str(settings.get("gpu_exporter", "textfile"))
@@ -106,12 +108,22 @@ def scrape_configs(nodes: t.Sequence[t.Mapping[str, t.Any]], routers: t.Sequence
                                 f"or an address of {hint}")
             else:
                 add(job, name, reach, port)
+            if name in seen:
+                continue
+            seen.add(name)
+            # The exporters listen on the host's fleet address (monitoring_listen_address); absent: every address.
+            exporter = _reach(str(host.get("exporter_host", "")), address, name, monitoring_host)
+            if exporter is None:
+                problems.append(f"{name}: its exporters listen on {host.get('exporter_host')} (monitoring_listen_address), "
+                                f"which Prometheus on {monitoring_host or 'the monitoring host'} cannot reach; set "
+                                f"monitoring_listen_address to an address of {hint}")
+                continue
             if job == "vllm" and gpu_exporter == "dcgm":
-                add("dcgm", name, address, dcgm_port)
-            if name not in seen:
-                add("node", name, address, node_port)
-                seen.add(name)
-    add("prometheus", monitoring_host or "prometheus", "127.0.0.1", self_port)
+                add("dcgm", name, exporter, dcgm_port)
+            add("node", name, exporter, node_port)
+    # Prometheus scrapes itself where it listens (loopback when it listens on every address).
+    own = _reach(str(settings.get("prometheus_host", "")), "127.0.0.1", monitoring_host, monitoring_host) or "127.0.0.1"
+    add("prometheus", monitoring_host or "prometheus", own, self_port)
     configs = []
     for job in JOBS:
         if not targets[job]:

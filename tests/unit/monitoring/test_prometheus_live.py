@@ -132,7 +132,10 @@ def _render(tmp_path: Path, vllm_port: int, node_port: int, router_port: int, pr
     Grafana dashboard as the role writes it (dashboard.json)."""
     rules = tmp_path / "rules"
     rules.mkdir()
+    # Loopback addresses stand for other hosts here: their exporters listen on every address (monitoring_listen_address),
+    # where a loopback one would be refused as out of Prometheus' reach (test_listen_flags.py).
     (tmp_path / "hosts.ini").write_text(
+        "[all:vars]\nmonitoring_listen_address=0.0.0.0\n"
         "[gpu_nodes]\n"
         f"gpu01 vllm_router_worker_address=127.0.0.1 vllm_server_host=0.0.0.0 vllm_server_port={vllm_port}\n"
         f"gpu02 vllm_router_worker_address=127.0.0.2 vllm_server_host=0.0.0.0 vllm_server_port={vllm_port}\n"

@@ -46,23 +46,30 @@ def free_port() -> int:
 
 
 def listed(text: str) -> dict[str, str]:
-    """node -> value of gpuserve_router_worker_listed, plus the success gauge under ''."""
+    """node -> value of gpuserve_router_worker_listed (a worker without a node by its URL), plus the success gauge under ''."""
     out = {}
     for line in text.splitlines():
         if line.startswith("gpuserve_router_worker_listed{node="):
             out[line.split('node="', 1)[1].split('"', 1)[0]] = line.rsplit(" ", 1)[1]
+        elif line.startswith('gpuserve_router_worker_listed{worker="'):
+            out[line.split('worker="', 1)[1].split('"', 1)[0]] = line.rsplit(" ", 1)[1]
         elif line.startswith("gpuserve_router_workers_read_success "):
             out[""] = line.rsplit(" ", 1)[1]
     return out
+
+
+def serve_double(port: int) -> subprocess.Popen:
+    """A fleet-node TEST DOUBLE on loopback."""
+    return subprocess.Popen([sys.executable, str(DOUBLE), "serve", "/m", "--port", str(port), "--host", "127.0.0.1",
+                             "--served-model-name", "kimi"], env=dict(os.environ, FAKE_VLLM_LOAD_SECONDS="0"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @pytest.fixture()
 def router(tmp_path: Path):
     """Two node doubles and the real router listing both; yields (router URL, worker URLs, router process)."""
     nodes = [free_port(), free_port()]
-    procs = [subprocess.Popen([sys.executable, str(DOUBLE), "serve", "/m", "--port", str(port), "--host", "127.0.0.1",
-                               "--served-model-name", "kimi"], env=dict(os.environ, FAKE_VLLM_LOAD_SECONDS="0"),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for port in nodes]
+    procs = [serve_double(port) for port in nodes]
     port = free_port()
     workers = [f"http://127.0.0.1:{node}" for node in nodes]
     log = tmp_path / "router.log"
@@ -100,6 +107,30 @@ def test_listed_then_removed_then_unknown(router, tmp_path: Path) -> None:
     check = subprocess.run([str(promtool()), "check", "metrics"], input=text, capture_output=True, text=True,
                            timeout=60, check=False)
     assert check.returncode == 0, check.stdout + check.stderr
+
+    # A worker no inventory gives the router, added through its admin API (which takes no key): written
+    # without a node label, which VllmRouterUnknownWorker fires on.
+    rogue_port = free_port()
+    rogue = serve_double(rogue_port)
+    try:
+        rogue_url = f"http://127.0.0.1:{rogue_port}"
+        deadline = time.monotonic() + 60
+        while True:
+            addition = urllib.request.Request(f"{url}/add_worker?url={urllib.parse.quote(rogue_url, safe='')}", method="POST")
+            try:
+                with urllib.request.urlopen(addition, timeout=30):
+                    break
+            except OSError:  # the double not answering yet
+                assert time.monotonic() < deadline, "the router did not take the added worker within 60 s"
+                time.sleep(0.5)
+        rc, text = run_script(tmp_path, url, workers)
+        assert (rc, listed(text)) == (0, {"": "1", "gpu01": "1", "gpu02": "1", rogue_url: "1"})
+        removal = urllib.request.Request(f"{url}/remove_worker?url={urllib.parse.quote(rogue_url, safe='')}", method="POST")
+        with urllib.request.urlopen(removal, timeout=10):
+            pass
+    finally:
+        rogue.kill()
+        rogue.wait()
 
     removal = urllib.request.Request(f"{url}/remove_worker?url={urllib.parse.quote(workers[1], safe='')}", method="POST")
     with urllib.request.urlopen(removal, timeout=10):

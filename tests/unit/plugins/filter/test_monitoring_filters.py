@@ -13,7 +13,18 @@ FILTERS = FilterModule().filters()
 
 def test_registered_names() -> None:
     assert set(FILTERS) == {"monitoring_scrape_configs", "monitoring_router_workers", "monitoring_rules", "fleet_status_table",
-                            "monitoring_loaded_plans"}
+                            "monitoring_loaded_plans", "monitoring_fleet_addresses", "monitoring_listen"}
+
+
+def test_fleet_addresses_and_listen_from_what_the_role_passes() -> None:
+    hosts = [{"name": "gpu01", "explicit": "", "candidates": [["monitoring_address", ""], ["ansible_host", "10.0.0.11"]],
+              "facts_ipv4": ""}]
+    assert FILTERS["monitoring_fleet_addresses"](hosts) == {"addresses": {"gpu01": "10.0.0.11"}, "problems": [], "need_facts": []}
+    with pytest.raises(AnsibleFilterError, match="monitoring_fleet_addresses: expected a list of hosts"):
+        FILTERS["monitoring_fleet_addresses"]("gpu01")
+    assert FILTERS["monitoring_listen"]("localhost:9093", "monitoring_alertmanager_listen_address") == "127.0.0.1:9093"
+    with pytest.raises(AnsibleFilterError, match="^monitoring_prometheus_listen_address: 'mon01:9090' is not an IP address"):
+        FILTERS["monitoring_listen"]("mon01:9090", "monitoring_prometheus_listen_address")
 
 
 def test_loaded_plans_from_what_the_role_passes() -> None:

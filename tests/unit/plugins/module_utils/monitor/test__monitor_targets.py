@@ -51,6 +51,41 @@ def test_targets(nodes: list, routers: list, settings: dict, expected: dict) -> 
     assert _jobs(result) == expected
 
 
+@pytest.mark.parametrize(("node", "router", "settings", "expected"), [
+    # Exporters on the fleet address: node_exporter and dcgm-exporter scraped there, not at the inventory's name.
+    (dict(NODE, address="gpu01.example", exporter_host="10.0.0.11"), dict(ROUTER, exporter_host="10.0.0.2"),
+     dict(SETTINGS, gpu_exporter="dcgm"),
+     {"node": [("gpu01", "10.0.0.11:9100"), ("router01", "10.0.0.2:9100")], "dcgm": [("gpu01", "10.0.0.11:9400")]}),
+    # Every address, written on purpose: scraped at the inventory's address.
+    (dict(NODE, exporter_host="0.0.0.0"), dict(ROUTER, exporter_host="::"), SETTINGS,
+     {"node": [("gpu01", "10.0.0.11:9100"), ("router01", "10.0.0.2:9100")]}),
+    # Loopback on the monitoring host itself.
+    (dict(NODE, name="mon01", exporter_host="127.0.0.1"), dict(ROUTER, exporter_host="10.0.0.2"), SETTINGS,
+     {"node": [("mon01", "127.0.0.1:9100"), ("router01", "10.0.0.2:9100")]}),
+])
+def test_exporters_scraped_where_they_listen(node: dict, router: dict, settings: dict, expected: dict) -> None:
+    result = mt.scrape_configs([node], [router], settings)
+    assert result["problems"] == []
+    jobs = _jobs(result)
+    assert {job: jobs[job] for job in expected} == expected
+    assert "dcgm" in jobs or "dcgm" not in expected
+
+
+def test_exporters_on_loopback_of_another_host_are_a_problem() -> None:
+    result = mt.scrape_configs([dict(NODE, exporter_host="127.0.0.1")], [], SETTINGS)
+    assert result["problems"] == ["gpu01: its exporters listen on 127.0.0.1 (monitoring_listen_address), which Prometheus on mon01 "
+                                  "cannot reach; set monitoring_listen_address to an address of the node (the routers need that too)"]
+    assert "node" not in _jobs(result)
+
+
+@pytest.mark.parametrize(("prometheus_host", "target"), [
+    ("", "127.0.0.1:9090"), ("0.0.0.0", "127.0.0.1:9090"), ("127.0.0.1", "127.0.0.1:9090"), ("10.0.0.5", "10.0.0.5:9090"),
+])
+def test_prometheus_scrapes_itself_where_it_listens(prometheus_host: str, target: str) -> None:
+    result = mt.scrape_configs([], [], dict(SETTINGS, prometheus_host=prometheus_host))
+    assert _jobs(result) == {"prometheus": [("mon01", target)]}
+
+
 def test_job_names_are_the_rules_matchers() -> None:
     """The rules match job="vllm" and job="vllm-router" (roles/monitoring/files/rules)."""
     jobs = [c["job_name"] for c in mt.scrape_configs([NODE], [ROUTER], SETTINGS)["scrape_configs"]]
