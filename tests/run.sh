@@ -222,13 +222,16 @@ step_rehearsal() {
       local node=gpuserve-rehearsal before after
       [ "$(podman inspect -f '{{.HostConfig.NetworkMode}}' "$node")" = none ] ||
         { echo "FAIL: the rehearsal node has a network"; rc=1; }
-      before="$(podman exec "$node" ls -la --time-style=+%s /opt /opt/ml-env.d /var/lib/gpuserve)"
+      # The folders' entries, not the folders' own times: the run lock (taken before the
+      # wheelhouse copy, which comes first on this node, and released by the last play) comes and
+      # goes in /var/lib/gpuserve.
+      before="$(podman exec "$node" ls -la --time-style=+%s /opt /opt/ml-env.d /var/lib/gpuserve | grep -v ' \.$')"
       if bash scripts/rehearse.sh -e vllm_install_version=0.18.0 >"$out/rehearsal-missing-wheel.log" 2>&1; then
         echo "FAIL: site.yml asked for vllm 0.18.0, which the wheelhouse lacks, and did not fail"; rc=1
       elif ! grep -q 'no wheel of vllm==0.18.0' "$out/rehearsal-missing-wheel.log"; then
         echo "FAIL: the refusal does not name vllm==0.18.0 (tests/output/rehearsal-missing-wheel.log)"; rc=1
       fi
-      after="$(podman exec "$node" ls -la --time-style=+%s /opt /opt/ml-env.d /var/lib/gpuserve)"
+      after="$(podman exec "$node" ls -la --time-style=+%s /opt /opt/ml-env.d /var/lib/gpuserve | grep -v ' \.$')"
       [ "$before" = "$after" ] || { echo "FAIL: the refused run changed the node:"; diff <(echo "$before") <(echo "$after"); rc=1; }
       [ "$rc" -eq 0 ] && echo "air-gapped: no network; a pin the wheelhouse lacks was refused and nothing changed"
     fi
