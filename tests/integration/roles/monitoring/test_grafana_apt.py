@@ -32,8 +32,24 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[tuple[wf.Fleet,
     work = tmp_path_factory.mktemp("grafana")
     fleet = wf.Fleet(PREFIX, ["mon"], work)
     fleet.create(internal=True)
-    yield fleet, fleet.inventory(work / "inventory.json", group="monitoring", group_vars={"monitoring_grafana": True})
+    # A password (TEST ONLY): without one the role refuses first (the test below).
+    yield fleet, fleet.inventory(work / "inventory.json", group="monitoring",
+                                 group_vars={"monitoring_grafana": True, "monitoring_grafana_admin_password": "test-only"})
     fleet.destroy()
+
+
+def test_grafana_without_an_admin_password_is_refused_naming_the_variable(host: tuple[wf.Fleet, Path]) -> None:
+    """Grafana would start with admin/admin: refused before anything of it is installed."""
+    fleet, inventory = host
+    proc = subprocess.run(wf.playbook_argv(inventory, Path(__file__).with_name("grafana.yml"))
+                          + ["-e", "monitoring_grafana_admin_password="], capture_output=True,
+                          text=True, env=wf.ansible_env(), timeout=300, check=False)
+    results = dict(wf.task_results(proc.stdout)[fleet.host("mon")])
+    refusal = next(r for name, r in results.items() if name.startswith("Grafana -- refuse without an admin password"))
+    assert proc.returncode != 0 and refusal.get("failed"), proc.stdout[-3000:]
+    assert "monitoring_grafana_admin_password is empty" in refusal["msg"], refusal["msg"]
+    assert not any(name.startswith("Grafana -- is its package available") for name in results)
+    assert fleet.exec(fleet.host("mon"), "dpkg-query -W grafana", check=False).returncode != 0
 
 
 def test_grafana_without_a_reachable_source_is_refused_naming_it(host: tuple[wf.Fleet, Path]) -> None:
