@@ -81,4 +81,5 @@ derive() {
 
 if have "$base"; then echo "[images] reusing $base"; else build_base; rebuild=1; fi
 if have "$systemd_image"; then echo "[images] reusing $systemd_image"; else derive "$base" "$systemd_image" systemd systemd-sysv dbus; rebuild=1; fi
-if have "$sshd_image"; then echo "[images] reusing $sshd_image"; else derive "$systemd_image" "$sshd_image" openssh-server; fi
+# iproute2: a server has `ip`, which Ansible's network facts read (the monitoring role's fleet address).
+if have "$sshd_image"; then echo "[images] reusing $sshd_image"; else derive "$systemd_image" "$sshd_image" openssh-server iproute2; fi

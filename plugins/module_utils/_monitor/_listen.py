@@ -8,7 +8,7 @@ itself asks (Prometheus, Alertmanager) on loopback. 0.0.0.0 only where an operat
 
 A host's fleet address: monitoring_listen_address where set, else the address the inventory reaches
 it at (monitoring_address, vllm_router_worker_address on a GPU node, ansible_host) when that is an
-IP, else its default IPv4 from facts. A name is never bound: Debian's /etc/hosts maps a host's own
+IP, else its default IPv4 from facts, else (no default route) its only address from facts. A name is never bound: Debian's /etc/hosts maps a host's own
 name to 127.0.1.1, where nothing from outside would reach it.
 
 Stdlib only, Python 3.9+, no Ansible imports.
@@ -71,7 +71,8 @@ def fleet_addresses(hosts: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any
 
     hosts: [{name, explicit (monitoring_listen_address, '' or None when unset), candidates:
       [[variable, value], ...] in the order the inventory is read (the first that is set counts),
-      facts_ipv4 (the default IPv4 from facts, '' when not gathered)}].
+      facts_ipv4 (the default IPv4 from facts, '' when not gathered), facts_all_ipv4 (every IPv4 from
+      facts: one that is not loopback or link-local is taken where there is no default route)}].
     need_facts: hosts whose inventory names them by a name and whose facts are not here yet.
     """
     addresses: dict[str, str] = {}
@@ -98,8 +99,16 @@ def fleet_addresses(hosts: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any
         if facts is not None:
             addresses[name] = facts
             continue
-        need_facts.append(name)
+        # No default route (an air-gapped network has none): its one address, if it has only one.
+        own = sorted({a for a in map(_ip, map(str, host.get("facts_all_ipv4") or [])) if a is not None
+                      and not ipaddress.ip_address(a).is_loopback and not ipaddress.ip_address(a).is_link_local})
+        if len(own) == 1:
+            addresses[name] = own[0]
+            continue
+        if not own:  # nothing gathered yet (or no address at all): the role gathers network facts
+            need_facts.append(name)
+        seen = f"its addresses are {', '.join(own)}" if own else "no default IPv4 and no address were gathered from it"
         problems.append(f"{name}: its exporters need an address to listen on; its {chosen[0]} is {chosen[1]!r}, a name, "
-                        "and no default IPv4 was gathered from it: set monitoring_listen_address (its IP on the fleet's "
-                        "network, the one Prometheus reaches) or give ansible_host as an IP")
+                        f"and {seen}: set monitoring_listen_address (its IP on the fleet's network, the one Prometheus "
+                        "reaches) or give ansible_host as an IP")
     return {"addresses": addresses, "problems": problems, "need_facts": need_facts}

@@ -41,8 +41,9 @@ def test_check_listen_refuses(value: str, message: str) -> None:
         ml.check_listen(value, "monitoring_alertmanager_listen_address")
 
 
-def _host(name: str, explicit=None, facts: str = "", **candidates) -> dict:
-    return {"name": name, "explicit": explicit, "facts_ipv4": facts, "candidates": [[k, v] for k, v in candidates.items()]}
+def _host(name: str, explicit=None, facts: str = "", every: tuple = (), **candidates) -> dict:
+    return {"name": name, "explicit": explicit, "facts_ipv4": facts, "facts_all_ipv4": list(every),
+            "candidates": [[k, v] for k, v in candidates.items()]}
 
 
 @pytest.mark.parametrize(("host", "address"), [
@@ -58,6 +59,10 @@ def _host(name: str, explicit=None, facts: str = "", **candidates) -> dict:
     (_host("gpu01", facts="10.3.0.11"), "10.3.0.11"),
     (_host("10.4.0.11"), "10.4.0.11"),
     (_host("gpu01", ansible_host="[fd00::11]"), "fd00::11"),
+    # No default route (an air-gapped network, molecule's internal podman network): its only address.
+    (_host("gpu01", every=("10.89.0.5",), ansible_host="gpu01"), "10.89.0.5"),
+    (_host("gpu01", every=("127.0.0.1", "169.254.3.1", "10.89.0.5")), "10.89.0.5"),
+    (_host("gpu01", facts="10.3.0.11", every=("10.89.0.5", "10.3.0.11")), "10.3.0.11"),
 ])
 def test_fleet_address(host: dict, address: str) -> None:
     result = ml.fleet_addresses([host])
@@ -71,8 +76,15 @@ def test_a_name_without_facts_needs_facts_and_is_a_problem() -> None:
     assert result["need_facts"] == ["gpu01"]
     assert result["problems"] == [
         "gpu01: its exporters need an address to listen on; its ansible_host is 'gpu01.example.internal', a name, and no "
-        "default IPv4 was gathered from it: set monitoring_listen_address (its IP on the fleet's network, the one Prometheus "
-        "reaches) or give ansible_host as an IP"]
+        "default IPv4 and no address were gathered from it: set monitoring_listen_address (its IP on the fleet's network, "
+        "the one Prometheus reaches) or give ansible_host as an IP"]
+
+
+def test_several_addresses_without_a_default_route_are_not_guessed() -> None:
+    """Which of two networks Prometheus reaches a host on is the inventory's to say."""
+    result = ml.fleet_addresses([_host("gpu01", every=("10.89.0.5", "192.168.7.5"), ansible_host="gpu01")])
+    assert result["addresses"] == {} and result["need_facts"] == []
+    assert "its addresses are 10.89.0.5, 192.168.7.5: set monitoring_listen_address" in result["problems"][0]
 
 
 def test_a_bad_explicit_address_is_a_problem_naming_the_host_and_variable() -> None:
