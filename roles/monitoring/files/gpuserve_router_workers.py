@@ -13,7 +13,8 @@ list the serve plays add to and remove from) and writes, for each worker the inv
 
     gpuserve_router_worker_listed{node="gpu01",worker="http://gpu01:8000"}  1 listed, 0 not listed
 
-and a listed worker the inventory does not know with no node label. When `/workers` does not
+and a listed worker the inventory does not know with no node label -- unless its host is one
+node's (that node under its old port, during a drained port move: labelled with that node). When `/workers` does not
 answer, no gpuserve_router_worker_listed is written at all (unknown, not "unlisted") and
 gpuserve_router_workers_read_success is 0. gpuserve_router_workers_timestamp_seconds is when the
 file was written, so a stopped timer shows as a stale file. The file is replaced atomically.
@@ -27,6 +28,7 @@ import os
 import sys
 import time
 import typing as t
+import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpuserve_textfile, installed beside it
@@ -59,8 +61,25 @@ def render(expected: t.Mapping[str, str], listed: t.Sequence[str] | None, now: f
         for url in sorted(expected):
             lines.append(f'{LISTED}{{node="{_label(expected[url])}",worker="{_label(url)}"}} {1 if url in present else 0}')
         for url in sorted(present - set(expected)):
-            lines.append(f'{LISTED}{{worker="{_label(url)}"}} 1')
+            node = _owner(url, expected)
+            lines.append(f'{LISTED}{{node="{_label(node)}",worker="{_label(url)}"}} 1' if node
+                         else f'{LISTED}{{worker="{_label(url)}"}} 1')
     return "\n".join(lines) + "\n"
+
+
+def _host(url: str) -> str:
+    try:
+        return (urllib.parse.urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def _owner(url: str, expected: t.Mapping[str, str]) -> str:
+    """The fleet node a listed URL the inventory does not name belongs to: the one node whose
+    expected URL has its host (its old port, during a drained port move); "" for a host no node
+    or two nodes have (a stranger: VllmRouterUnknownWorker)."""
+    nodes = {node for known, node in expected.items() if _host(known) and _host(known) == _host(url)}
+    return nodes.pop() if len(nodes) == 1 else ""
 
 
 def read_workers(router: str, timeout: float = 10.0) -> list[str] | None:

@@ -161,6 +161,18 @@ def test_a_worker_the_inventory_does_not_know_has_no_node() -> None:
     assert "gpuserve_router_workers_timestamp_seconds 5.000" in text.splitlines()
 
 
+def test_a_fleet_node_under_its_old_port_is_that_node_not_a_stranger() -> None:
+    """A drained port move lists the node under its old URL until the new one is in: planned
+    work, not a rogue worker. A host two nodes share cannot be told: no node."""
+    expected = {"http://gpu01:8010": "gpu01", "http://gpu02:8010": "gpu02", "http://shared:8001": "gpu03",
+                "http://shared:8002": "gpu04"}
+    text = rw.render(expected, ["http://gpu01:8000", "http://GPU02:8010", "http://shared:9000"], 5.0).splitlines()
+    assert 'gpuserve_router_worker_listed{node="gpu01",worker="http://gpu01:8000"} 1' in text
+    assert 'gpuserve_router_worker_listed{node="gpu01",worker="http://gpu01:8010"} 0' in text
+    assert 'gpuserve_router_worker_listed{node="gpu02",worker="http://GPU02:8010"} 1' in text
+    assert 'gpuserve_router_worker_listed{worker="http://shared:9000"} 1' in text
+
+
 def test_an_answer_over_the_cap_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """Root runs the script: a /workers answer over the cap (valid JSON, 2 MB) is refused (unknown), not read."""
     import http.server  # pylint: disable=import-outside-toplevel
