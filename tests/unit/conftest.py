@@ -23,7 +23,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
         if name.endswith("test__vllm_nodeplan_model") and getattr(module, "STATS", {}).get("fleets"):
             stats = module.STATS
             terminalreporter.write_line(
-                "planner model: {fleets} generated fleets, {rounds} rounds of events and faults ({moves} port moves), {runs} "
+                "planner model: {fleets} generated fleets, {rounds} rounds of events and faults ({moves} port moves, {readdressed} "
+                "address changes), {runs} "
                 "site.yml runs, {plans} plans, {steps} steps checked against the invariants; "
                 "{held} held, {killed} killed, {failed} failed, {refused} refused; {fenced} stops refused by the "
                 "executor's fresh router read; {concurrent} concurrent runs refused by the lock, {takeovers} locks of "

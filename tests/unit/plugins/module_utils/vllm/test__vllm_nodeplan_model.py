@@ -5,7 +5,8 @@ run x a rollback hold x the switch record a run before left x a unit file system
 running start's x the routers listing it) and a sequence of rounds. Each round is world events
 (a server dies, a node is taken out of a router by hand, the pins change, a restart or a
 rollback is asked for, a reboot becomes pending, node acceptance becomes due (gpu_node's
-request), the inventory moves a node to another port, a run writes the unit and is killed
+request), the inventory moves a node to another port or names it by its address instead of its
+name (or back), a run writes the unit and is killed
 before its daemon-reload, a server crashes and systemd restarts the unit it has in memory) and
 one site.yml run with faults (a router's or a node's read that does not answer, the run killed
 after any step, any step that fails -- a drain or an add that times out, the fence, a canary or
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import typing as t
+import urllib.parse
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -57,7 +59,7 @@ DISRUPTIVE = ("stop", "restart", "reboot")
 STATS: dict[str, int] = {"fleets": 0, "rounds": 0, "runs": 0, "plans": 0, "steps": 0, "held": 0, "moves": 0,
                          "refused": 0, "killed": 0, "failed": 0, "fenced": 0, "concurrent": 0, "takeovers": 0,
                          "not_loaded": 0, "accepted": 0, "rejected": 0, "fell_back": 0, "put_back": 0,
-                         "put_back_old_port": 0, "rolled_back": 0, "stayed": 0, "floor_held": 0}
+                         "put_back_old_port": 0, "rolled_back": 0, "stayed": 0, "floor_held": 0, "readdressed": 0}
 
 
 class Fleet:
@@ -83,26 +85,37 @@ class Fleet:
         return self.clock
 
     def url(self, name: str) -> str:
-        """The node's URL as this run's inventory gives it."""
-        return self.at(name, self.nodes[name]["wanted"])
+        """The node's URL as this run's inventory gives it (its name or its address: `addr`)."""
+        n = self.nodes[name]
+        return f"http://{n.get('addr', name)}:{n['wanted']}"
 
     @staticmethod
     def at(name: str, port: int) -> str:
         return f"http://{name}:{port}"
 
+    @staticmethod
+    def hosts(name: str) -> list[str]:
+        """The node's names and addresses (its server listens on every one): name, IP."""
+        return [name, f"10.0.0.{int(name[3:])}"]
+
     def others(self, name: str) -> list[str]:
-        return sorted(set(self.nodes) - {name})
+        return sorted(h for other in self.nodes if other != name for h in self.hosts(other))
+
+    def owner(self, url: str) -> str:
+        return next((name for name in self.nodes if vf.url_host(url) in self.hosts(name)), "")
 
     def view(self, name: str, reads: list[dict[str, t.Any]]) -> list[dict[str, t.Any]]:
-        """worker_state.yml's view: the node known by its names (the inventory name here)."""
-        return vf.router_view(reads, self.url(name), [], [name], self.others(name))
+        """worker_state.yml's view: the node known by its names and addresses."""
+        return vf.router_view(reads, self.url(name), [], self.hosts(name), self.others(name))
 
     def serves_at(self, url: str) -> bool:
-        return any(n["alive"] and self.at(name, n["port"]) == url for name, n in self.nodes.items())
+        owner = self.owner(url)
+        n = self.nodes.get(owner)
+        return bool(n and n["alive"] and urllib.parse.urlsplit(url).port == n["port"])
 
     def listing(self, name: str) -> list[str]:
-        """The routers that list the node under any URL of its host."""
-        return [r for r, listed in self.lists.items() if any(vf.url_host(u) == name for u in listed)]
+        """The routers that list the node under any URL of its hosts."""
+        return [r for r, listed in self.lists.items() if any(self.owner(u) == name for u in listed)]
 
     def observe(self, name: str, faults: dict[str, t.Any]) -> dict[str, t.Any]:
         """vllm_node_state's result for this node (its shape: test_vllm_node_state.py). A node
@@ -298,7 +311,7 @@ def execute(fleet: Fleet, name: str, p: dict[str, t.Any], faults: dict[str, t.An
             if r["reachable"]:
                 fleet.lists[r["name"]].add(fleet.url(name))
         step_done()
-        for stale in vf.stale_urls(fleet.reads(faults), fleet.url(name), [name], fleet.others(name)):
+        for stale in vf.stale_urls(fleet.reads(faults), fleet.url(name), fleet.hosts(name), fleet.others(name)):
             fleet.lists[stale["name"]].discard(stale["url"])
 
 
@@ -396,7 +409,7 @@ def reconcile(fleet: Fleet, faults: dict[str, t.Any]) -> None:
     inventory's URLs it lacks are added where a server answers; then, from a fresh read, what it
     lists that the inventory no longer names is removed, a node's old URL only once the node is
     in under its new one (else the serve plays move it, drained)."""
-    nodes = [{"url": fleet.url(name), "hosts": [name]} for name in fleet.nodes]
+    nodes = [{"url": fleet.url(name), "hosts": fleet.hosts(name)} for name in fleet.nodes]
     desired = [node["url"] for node in nodes]
     for r, listed in fleet.lists.items():
         if (r, "router") in faults["unknown"]:
@@ -406,8 +419,8 @@ def reconcile(fleet: Fleet, faults: dict[str, t.Any]) -> None:
         workers = [{"url": u, "is_healthy": fleet.serves_at(u)} for u in sorted(listed)]
         changes = vf.reconcile(workers, desired, FLOOR, 1, nodes)
         for url in changes["remove"]:
-            owner = vf.url_host(url)
-            if owner in fleet.nodes and fleet.serves_at(url):
+            owner = fleet.owner(url)
+            if owner and fleet.serves_at(url):
                 assert fleet.serves_at(fleet.url(owner)) and fleet.url(owner) in listed, \
                     f"{r}: {url} removed while its node serves nowhere else it lists"
             listed.discard(url)
@@ -477,11 +490,12 @@ def rescue(fleet: Fleet, name: str, p: dict[str, t.Any], port: int, faults: dict
     n = fleet.nodes[name]
     if not p["routed"]:
         return
-    asked = list(dict.fromkeys([fleet.url(name) + "/health", fleet.at(name, port) + "/health"]))
-    serving = fleet.at(name, n["port"]) + "/health" if n["alive"] else ""
+    addr = n.get("addr", name)
+    asked = list(dict.fromkeys([fleet.url(name) + "/health", f"http://{addr}:{port}/health"]))
+    serving = f"http://{addr}:{n['port']}/health" if n["alive"] else ""
     results = [{"item": url, "status": 200 if url == serving else -1} for url in asked]
     back = vf.back_url(results, fleet.url(name), asked[0], port)
-    assert back == (fleet.at(name, n["port"]) if n["alive"] and serving in asked else ""), (name, back, n)
+    assert back == (f"http://{addr}:{n['port']}" if n["alive"] and serving in asked else ""), (name, back, n)
     for r in fleet.lists:
         if back and (r, "router") not in faults["unknown"]:
             fleet.lists[r].add(back)
@@ -553,6 +567,11 @@ def world(fleet: Fleet, event: tuple[str, str]) -> None:
         n = fleet.nodes[arg]
         n["wanted"] = PORTS[1 - PORTS.index(n["wanted"])]
         STATS["moves"] += 1
+    elif kind == "address":  # the inventory names the node by its IP instead of its name (or back)
+        n = fleet.nodes[arg]
+        name, ip = fleet.hosts(arg)
+        n["addr"] = ip if n.get("addr", name) == name else name
+        STATS["readdressed"] += 1
     elif kind == "unit_written":  # a run rendered the unit and was killed before its daemon-reload
         n = fleet.nodes[arg]
         n["unit_written"], n["not_loaded"], n["old_unit"] = fleet.tick(), True, n["alive"]
@@ -577,9 +596,10 @@ def test_the_plan_keeps_the_invariants_and_converges(data):
     routers = list(ROUTERS[:data.draw(st.integers(1, 2), label="routers")])
     fleet = Fleet(nodes, routers, data.draw(st.sampled_from(ENVS), label="pins"))
     STATS["fleets"] += 1
-    # "port" twice: a move is a change of setting the whole run has to carry (and fail in) drained.
+    # "port" twice: a move is a change of setting the whole run has to carry (and fail in) drained;
+    # "address": the inventory's URL names the node by its IP, or by its name again.
     events = st.tuples(st.sampled_from(("dies", "unlisted", "restart_asked", "reboot_pending", "acceptance_due", "port",
-                                        "unit_written", "crash_restart", "port")), st.sampled_from(names)) | \
+                                        "unit_written", "crash_restart", "port", "address")), st.sampled_from(names)) | \
         st.tuples(st.just("pins"), st.sampled_from(ENVS))
     for _round in range(data.draw(st.integers(1, 4), label="rounds")):
         STATS["rounds"] += 1
@@ -606,7 +626,7 @@ def test_the_plan_keeps_the_invariants_and_converges(data):
         assert n["port"] == n["wanted"], (name, n)
         assert not n["old_unit"] and not n["not_loaded"], f"{name} runs a unit systemd has not loaded: {n}"
         assert not n["reboot"] and not n["acceptance"], f"{name}: a reboot or acceptance still pending: {n}"
-        assert all({u for u in fleet.lists[r] if vf.url_host(u) == name} == {fleet.url(name)} for r in routers), \
+        assert all({u for u in fleet.lists[r] if fleet.owner(u) == name} == {fleet.url(name)} for r in routers), \
             (name, fleet.lists)
 
 
@@ -616,7 +636,7 @@ def test_the_model_is_not_vacuous():
     assert STATS["fleets"] >= 100 and STATS["steps"] > 1000
     assert min(STATS["held"], STATS["killed"], STATS["failed"], STATS["fenced"], STATS["concurrent"],
                STATS["takeovers"], STATS["moves"], STATS["not_loaded"], STATS["accepted"], STATS["rejected"],
-               STATS["fell_back"], STATS["put_back"], STATS["rolled_back"], STATS["stayed"]) > 0, STATS
+               STATS["fell_back"], STATS["put_back"], STATS["rolled_back"], STATS["stayed"], STATS["readdressed"]) > 0, STATS
 
 
 def _quiet_node(name: str) -> dict[str, t.Any]:
@@ -655,3 +675,17 @@ def test_a_floor_that_refuses_one_node_holds_it_and_the_rollout_carries_on():
     assert fleet.lists["router01"] == {"http://gpu01:8000", "http://gpu02:8010"}
     assert run(fleet, NO_FAULTS, {}) == []
     assert fleet.nodes["gpu01"]["link"] == ENVS[1]
+
+
+def test_an_address_change_and_back_is_a_drained_move_each_way():
+    """The inventory names gpu01 by its IP (the router then lists it under the IP URL), then by
+    its name again with a new port: the router still lists it under the IP, which only the
+    node's addresses tell; a restart while that URL is listed would cut its streams."""
+    fleet = Fleet([_quiet_node("gpu01"), _quiet_node("gpu02")], ["router01"], ENVS[0])
+    world(fleet, ("address", "gpu01"))
+    assert run(fleet, NO_FAULTS, {}) == []
+    assert fleet.lists["router01"] == {"http://10.0.0.1:8000", "http://gpu02:8000"}
+    world(fleet, ("address", "gpu01"))
+    world(fleet, ("port", "gpu01"))
+    assert run(fleet, NO_FAULTS, {}) == []  # check_may_stop: no restart while a router lists it
+    assert fleet.lists["router01"] == {"http://gpu01:8010", "http://gpu02:8000"}
