@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -165,13 +166,12 @@ def test_real_alertmanager_with_the_rendered_flags_has_no_cluster(rendered) -> N
     if subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False).returncode != 0:
         pytest.skip("needs a mount namespace (unshare -m: root) for Debian's Alertmanager's templates")
     proc = subprocess.Popen(["unshare", "-m", "sh", "-c", script, str(alertmanager_share()), *command],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         status = json.loads(_until(lambda: _get(f"http://127.0.0.1:{ports['alertmanager']}/api/v2/status"), "Alertmanager's API"))
         assert status["cluster"]["status"] == "disabled", status["cluster"]
     finally:
-        proc.kill()
-        proc.wait()
+        _stop(proc)
 
 
 def test_real_node_exporter_listens_only_on_its_address(rendered) -> None:
@@ -180,12 +180,18 @@ def test_real_node_exporter_listens_only_on_its_address(rendered) -> None:
     (tmp / "textfile" / "gpuserve_test.prom").write_text("gpuserve_listen_test 1\n")
     proc = subprocess.Popen(["timeout", "60", str(node_exporter()), *_args(tmp / "router01.node-exporter.default.j2"),
                              "--collector.disable-defaults", "--collector.textfile"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         body = _until(lambda: _get(f"http://127.0.0.3:{ports['node']}/metrics"), "node_exporter on 127.0.0.3")
         assert b"\ngpuserve_listen_test 1\n" in body
         with pytest.raises(OSError):
             _get(f"http://127.0.0.1:{ports['node']}/metrics")
     finally:
-        proc.kill()
-        proc.wait()
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the server and `timeout` above it: their whole process group (a SIGKILL of `timeout`
+    alone would leave the server running, orphaned)."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
